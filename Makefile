@@ -1,0 +1,55 @@
+# rdmadisk: top-level targets. See README.md.
+#
+#   make            build rdmadisk.ko (and, once, the cached test kernel it builds against)
+#   make check      every test: host unit tests, fuzz replay, and the two-VM test bed
+#   make demo       boot the test bed, load the module, show both RDMA links
+#   make kernel     only the cached test kernel
+#   make userspace  the userspace tools (target, test client)
+#
+# KDIR=<tree> builds the module against another Rust-enabled 6.12 tree.
+
+SHELL := /bin/bash
+CACHE ?= $(HOME)/.cache/rdmadisk
+export RDMADISK_CACHE := $(CACHE)
+KMAKEFLAGS := RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc BINDGEN=$(CACHE)/bin/bindgen
+CARGO_DIR := userspace-tools
+
+.PHONY: all module kernel deps userspace check check-host check-vm demo clean
+
+all: module
+
+deps:
+	@selftests/host/deps.sh
+
+kernel: deps
+	@selftests/kernel/build-kernel.sh >/dev/null
+
+# Resolve the kernel tree: the user's KDIR, or the project's cached build (built if missing).
+module: deps
+	@kdir="$(KDIR)"; \
+	if [ -z "$$kdir" ]; then kdir=$$(selftests/kernel/build-kernel.sh) || exit 1; fi; \
+	selftests/kernel/check-kdir.sh "$$kdir" || exit 2; \
+	echo "[module] building rdmadisk.ko against $$kdir"; \
+	$(MAKE) -C "$$kdir" M=$(CURDIR) $(KMAKEFLAGS) modules
+
+userspace: deps
+	@echo "[userspace] cargo build --release"
+	@cd $(CARGO_DIR) && cargo build --release --workspace --quiet
+
+check-host: userspace
+	@selftests/host-checks.sh
+
+check-vm: module userspace
+	@selftests/run.sh
+
+check: deps
+	@selftests/check.sh
+
+demo: module userspace
+	@selftests/demo.sh
+
+clean:
+	@kdir="$(KDIR)"; [ -n "$$kdir" ] || kdir=$$(ls -d $(CACHE)/linux-* 2>/dev/null | head -1); \
+	if [ -n "$$kdir" ] && [ -f "$$kdir/Makefile" ]; then $(MAKE) -C "$$kdir" M=$(CURDIR) clean; fi
+	@rm -f rust/bindings_generated.rs
+	@cd $(CARGO_DIR) && cargo clean

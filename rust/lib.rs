@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Module-local safe abstractions for the kernel APIs that the 6.12 `kernel` crate lacks.
+//!
+//! All of the driver's `unsafe` lives under this directory; `src/` only uses the safe types
+//! exported here.
+
+#![allow(unsafe_code)]
+
+mod bindings;
+pub(crate) mod ib_client;
+pub(crate) mod sysfs;

@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A device class with attribute files, for the control directory `/sys/class/<class>/<dev>/`.
+//!
+//! Attributes are `static`s typed by the shared state `T` that the device carries as its
+//! driver data (an `Arc<T>`), so a `show`/`store` always gets a `&T` of the right type.
+
+use core::{
+    fmt,
+    marker::{PhantomData, PhantomPinned},
+    pin::Pin,
+    ptr::{self, NonNull},
+};
+use kernel::{ffi, page::PAGE_SIZE, prelude::*, str::CStr, sync::Arc, types::ForeignOwnable};
+
+use super::bindings as b;
+
+/// A device class, `/sys/class/<name>/`.
+pub(crate) struct Class {
+    ptr: NonNull<b::class>,
+}
+
+// SAFETY: A `struct class` is used under the driver core's own locking.
+unsafe impl Send for Class {}
+// SAFETY: See `Send`.
+unsafe impl Sync for Class {}
+
+impl Class {
+    /// Creates and registers the class.
+    pub(crate) fn new(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a static NUL-terminated string, as `class_create` requires.
+        let ptr = kernel::error::from_err_ptr(unsafe { b::class_create(name.as_char_ptr()) })?;
+        NonNull::new(ptr).map(|ptr| Self { ptr }).ok_or(ENOMEM)
+    }
+}
+
+impl Drop for Class {
+    fn drop(&mut self) {
+        // SAFETY: Created by `class_create`; devices of the class borrow it and are gone.
+        unsafe { b::class_destroy(self.ptr.as_ptr()) };
+    }
+}
+
+/// The page a `show` writes into. Output beyond the page is cut, as sysfs requires.
+pub(crate) struct ShowBuf<'a> {
+    page: &'a mut [u8],
+    len: usize,
+}
+
+impl fmt::Write for ShowBuf<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        // Keep one byte free: sysfs expects room for a terminating NUL.
+        let room = self.page.len().saturating_sub(1).saturating_sub(self.len);
+        let n = s.len().min(room);
+        self.page[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() {
+            Err(fmt::Error)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+type ShowFn<T> = fn(&T, &mut ShowBuf<'_>) -> Result;
+type StoreFn<T> = fn(&T, &[u8]) -> Result;
+
+/// One attribute file of a device whose driver data is an `Arc<T>`.
+#[repr(C)]
+pub(crate) struct Attr<T> {
+    raw: b::device_attribute,
+    show: Option<ShowFn<T>>,
+    store: Option<StoreFn<T>>,
+}
+
+// SAFETY: After construction an `Attr` is immutable; the raw pointers in it point at `'static`
+// data (the name) and the callbacks are plain functions.
+unsafe impl<T> Sync for Attr<T> {}
+
+impl<T: Send + Sync + 'static> Attr<T> {
+    const fn new(name: &'static CStr, mode: u16, show: Option<ShowFn<T>>, store: Option<StoreFn<T>>) -> Self {
+        // SAFETY: All-zero is a valid `device_attribute` (null name and callbacks, no lockdep
+        // key: static attributes need none).
+        let mut raw: b::device_attribute = unsafe { core::mem::zeroed() };
+        raw.attr.name = name.as_char_ptr();
+        raw.attr.mode = mode;
+        if show.is_some() {
+            raw.show = Some(show_callback::<T>);
+        }
+        if store.is_some() {
+            raw.store = Some(store_callback::<T>);
+        }
+        Self { raw, show, store }
+    }
+
+    /// A read-only (0444) attribute.
+    pub(crate) const fn ro(name: &'static CStr, show: ShowFn<T>) -> Self {
+        Self::new(name, 0o444, Some(show), None)
+    }
+
+    /// A write-only (0200) attribute.
+    pub(crate) const fn wo(name: &'static CStr, store: StoreFn<T>) -> Self {
+        Self::new(name, 0o200, None, Some(store))
+    }
+
+    /// A read-write (0644) attribute.
+    pub(crate) const fn rw(name: &'static CStr, show: ShowFn<T>, store: StoreFn<T>) -> Self {
+        Self::new(name, 0o644, Some(show), Some(store))
+    }
+}
+
+/// # Safety
+///
+/// `dev` must be a device created by [`ClassDevice::new`] for `T`, and `attr` an [`Attr<T>`].
+unsafe fn callback_args<'a, T: Send + Sync + 'static>(
+    dev: *mut b::device,
+    attr: *mut b::device_attribute,
+) -> (&'a Attr<T>, &'a T) {
+    // SAFETY: `Attr<T>` is `repr(C)` with `raw` first, so the pointers coincide; the caller
+    // guarantees the type.
+    let attr = unsafe { &*attr.cast::<Attr<T>>() };
+    // SAFETY: The drvdata of a `ClassDevice<T>` is an `Arc<T>` from `into_foreign`, released
+    // only after `device_unregister` has drained all running callbacks.
+    let data = unsafe { <Arc<T> as ForeignOwnable>::borrow(b::rdmadisk_dev_get_drvdata(dev)) };
+    // SAFETY: The `Arc` outlives the callback (see above), so the reference does too.
+    let data: &'a T = unsafe { &*ptr::from_ref::<T>(&*data) };
+    (attr, data)
+}
+
+unsafe extern "C" fn show_callback<T: Send + Sync + 'static>(
+    dev: *mut b::device,
+    attr: *mut b::device_attribute,
+    buf: *mut ffi::c_char,
+) -> isize {
+    // SAFETY: Installed only on attributes of `ClassDevice<T>` devices.
+    let (attr, data) = unsafe { callback_args::<T>(dev, attr) };
+    // SAFETY: sysfs hands `show` a zeroed buffer of one page, ours until we return.
+    let page = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), PAGE_SIZE) };
+    let mut out = ShowBuf { page, len: 0 };
+    let Some(show) = attr.show else {
+        return EIO.to_errno() as isize;
+    };
+    match show(data, &mut out) {
+        Ok(()) => out.len as isize,
+        Err(e) => e.to_errno() as isize,
+    }
+}
+
+unsafe extern "C" fn store_callback<T: Send + Sync + 'static>(
+    dev: *mut b::device,
+    attr: *mut b::device_attribute,
+    buf: *const ffi::c_char,
+    count: usize,
+) -> isize {
+    // SAFETY: Installed only on attributes of `ClassDevice<T>` devices.
+    let (attr, data) = unsafe { callback_args::<T>(dev, attr) };
+    // SAFETY: sysfs passes `count` valid bytes at `buf` for the duration of the call.
+    let input = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), count) };
+    let Some(store) = attr.store else {
+        return EIO.to_errno() as isize;
+    };
+    match store(data, input) {
+        Ok(()) => count as isize,
+        Err(e) => e.to_errno() as isize,
+    }
+}
+
+const MAX_ATTRS: usize = 16;
+
+/// The attribute group of a device: NUL-terminated arrays that must stay put while the
+/// device exists.
+struct Groups {
+    attrs: [*mut b::attribute; MAX_ATTRS + 1],
+    group: b::attribute_group,
+    list: [*const b::attribute_group; 2],
+    _pin: PhantomPinned,
+}
+
+/// A device of a [`Class`] carrying an `Arc<T>` and a set of attributes.
+pub(crate) struct ClassDevice<T: Send + Sync + 'static> {
+    dev: NonNull<b::device>,
+    _groups: Pin<KBox<Groups>>,
+    _data: PhantomData<Arc<T>>,
+}
+
+// SAFETY: The device is only unregistered from `drop`; the driver core does its own locking.
+unsafe impl<T: Send + Sync + 'static> Send for ClassDevice<T> {}
+// SAFETY: `&ClassDevice` exposes nothing.
+unsafe impl<T: Send + Sync + 'static> Sync for ClassDevice<T> {}
+
+impl<T: Send + Sync + 'static> ClassDevice<T> {
+    /// Creates `/sys/class/<class>/<name>/` with `attrs`, each seeing `data`.
+    pub(crate) fn new(
+        class: &Class,
+        name: &CStr,
+        attrs: &[&'static Attr<T>],
+        data: Arc<T>,
+    ) -> Result<Self> {
+        if attrs.len() > MAX_ATTRS {
+            return Err(EINVAL);
+        }
+        let mut groups = KBox::pin(
+            Groups {
+                attrs: [ptr::null_mut(); MAX_ATTRS + 1],
+                // SAFETY: All-zero is an empty, unnamed `attribute_group`.
+                group: unsafe { core::mem::zeroed() },
+                list: [ptr::null(); 2],
+                _pin: PhantomPinned,
+            },
+            GFP_KERNEL,
+        )?;
+        // SAFETY: Only the self-referential pointers are set; nothing is moved out.
+        let g = unsafe { groups.as_mut().get_unchecked_mut() };
+        for (slot, attr) in g.attrs.iter_mut().zip(attrs) {
+            *slot = ptr::from_ref(&attr.raw.attr).cast_mut();
+        }
+        g.group.attrs = g.attrs.as_mut_ptr();
+        g.list[0] = ptr::from_ref(&g.group);
+
+        let drvdata = data.into_foreign();
+        // SAFETY: `class` is registered, `list` is a NUL-terminated array of groups that lives
+        // (pinned) as long as the device, and `"%s"` with a NUL-terminated `name` is a valid
+        // format.
+        let dev = unsafe {
+            b::device_create_with_groups(
+                class.ptr.as_ptr(),
+                ptr::null_mut(),
+                0,
+                drvdata.cast_mut(),
+                g.list.as_mut_ptr(),
+                c"%s".as_ptr().cast(),
+                name.as_char_ptr(),
+            )
+        };
+        let dev = match kernel::error::from_err_ptr(dev).map(NonNull::new) {
+            Ok(Some(dev)) => dev,
+            Ok(None) | Err(_) => {
+                // SAFETY: The device was not created, so nothing else holds `drvdata`.
+                drop(unsafe { Arc::<T>::from_foreign(drvdata) });
+                return Err(kernel::error::from_err_ptr(dev).err().unwrap_or(ENOMEM));
+            }
+        };
+        Ok(Self { dev, _groups: groups, _data: PhantomData })
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for ClassDevice<T> {
+    fn drop(&mut self) {
+        let dev = self.dev.as_ptr();
+        // SAFETY: `dev` is ours; read the drvdata before the device is gone.
+        let drvdata = unsafe { b::rdmadisk_dev_get_drvdata(dev) };
+        // SAFETY: Removes the attribute files, waiting for running callbacks, and drops the
+        // driver core's reference.
+        unsafe { b::device_unregister(dev) };
+        // SAFETY: No callback can run any more, so the `Arc` from `new` can be released.
+        drop(unsafe { Arc::<T>::from_foreign(drvdata) });
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# make check: every test, host and test bed, with progress and one closing summary line.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO" || exit 1
+t0=$SECONDS
+step() { echo "=== [$((SECONDS - t0))s] $*"; }
+P=0 F=0
+tally() { # tally LOGFILE: add the closing "N passed, N failed" of a suite
+  local line; line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1)
+  if [ -z "$line" ]; then F=$((F + 1)); return; fi
+  P=$((P + $(cut -d' ' -f1 <<<"$line"))); F=$((F + $(cut -d' ' -f3 <<<"$line")))
+}
+mkdir -p selftests/out
+
+step "host dependencies"; selftests/host/deps.sh || exit 1
+step "test kernel (built once, then cached)"; selftests/kernel/build-kernel.sh >/dev/null || exit 1
+step "rdmadisk.ko"; make --no-print-directory module || exit 1
+step "userspace tools"; make --no-print-directory userspace || exit 1
+
+step "host checks"
+selftests/host-checks.sh | tee selftests/out/host.log; tally selftests/out/host.log
+
+step "test bed"
+selftests/run.sh | tee selftests/out/vm.log; tally selftests/out/vm.log
+
+step "splat detector self-test (a WARN_ON must fail a run)"
+selftests/harness/splat-selftest.sh | tee selftests/out/harness.log; tally selftests/out/harness.log
+
+step "done in $((SECONDS - t0))s"
+echo "$P passed, $F failed"
+[ "$F" -eq 0 ]

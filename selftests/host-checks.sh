@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Host-side checks: formatting and lints of the module and the userspace tools, the userspace
+# unit/integration tests, and a short bounded fuzz of every protocol decoder. TAP output.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO" || exit 1
+n=0 pass=0 fail=0
+step() { # step DESCRIPTION CMD...
+  local desc=$1 out rc; shift
+  n=$((n + 1))
+  echo "# [$n] $desc"
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ]; then
+    pass=$((pass + 1)); echo "ok $n - $desc"
+    grep -E '^test result:|passed, [0-9]+ failed|MB/s|execs' <<<"$out" | sed 's/^/#   /'
+  else
+    fail=$((fail + 1)); echo "not ok $n - $desc"; tail -n 40 <<<"$out" | sed 's/^/#   /'
+  fi
+}
+kernel_rustfmt() {
+  local kdir; kdir=$(selftests/kernel/build-kernel.sh 2>/dev/null) || return 1
+  /usr/bin/rustfmt --edition 2021 --config-path "$kdir/.rustfmt.toml" --check src/*.rs rust/*.rs 2>/dev/null ||
+    rustfmt --edition 2021 --config-path "$kdir/.rustfmt.toml" --check src/*.rs rust/*.rs
+}
+echo "TAP version 13"
+step "rustfmt: module sources (src/, rust/)" kernel_rustfmt
+step "cargo fmt --check (userspace-tools)" bash -c 'cd userspace-tools && cargo fmt --all -- --check'
+step "cargo clippy -D warnings (userspace-tools)" bash -c 'cd userspace-tools && cargo clippy --workspace --all-targets --quiet -- -D warnings'
+step "cargo test (userspace-tools)" bash -c 'cd userspace-tools && cargo test --workspace'
+if [ -x userspace-tools/rdmadisk-proto/fuzz/run.sh ]; then
+  step "fuzz every protocol decoder (bounded)" userspace-tools/rdmadisk-proto/fuzz/run.sh "${FUZZ_SECONDS:-20}"
+fi
+echo "1..$n"
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs inside each test-bed VM (vng --exec). Brings up the link and soft-RoCE, then executes
+# the commands the host drops into $dir/cmd.$role/ one at a time, until told to stop.
+# usage: agent.sh ROLE ADDR/PREFIX DIR
+set -u
+role=$1 addr=$2 dir=$3
+q=$dir/cmd.$role
+exec >>"$dir/$role.agent.log" 2>&1
+echo "agent $role: kernel $(uname -r), $(nproc) cpu"
+
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+# Tools want writable state dirs; the host's root is read-only here.
+mount -t tmpfs none /run 2>/dev/null; mkdir -p /run/lock /run/netns
+mount -t tmpfs none /var/tmp 2>/dev/null
+mount -t tmpfs none /mnt 2>/dev/null
+
+nic=
+for n in /sys/class/net/en* /sys/class/net/eth*; do [ -e "$n" ] && { nic=${n##*/}; break; }; done
+[ -n "$nic" ] || { echo "agent $role: no NIC"; echo "no NIC" > "$dir/$role.failed"; poweroff -f; }
+ip link set lo up
+ip addr add "$addr" dev "$nic"
+ip link set "$nic" up
+rdma link add rxe0 type rxe netdev "$nic" || { echo "rdma link add failed" > "$dir/$role.failed"; }
+echo "$nic" > "$dir/$role.nic"
+echo "agent $role: $nic $addr, rdma: $(rdma link show 2>&1 | tr '\n' ' ')"
+touch "$dir/$role.ready"
+
+while [ ! -e "$q/STOP" ]; do
+  for f in "$q"/*.sh; do
+    [ -e "$f" ] || continue
+    n=${f%.sh}
+    mv "$f" "$n.run"
+    ( cd "$dir" && exec bash "$n.run" ) >"$n.out" 2>&1 </dev/null
+    echo $? >"$n.rc.tmp"
+    mv "$n.rc.tmp" "$n.rc"
+  done
+  sleep 0.2
+done
+echo "agent $role: stopping"
+sync
+poweroff -f

@@ -1,0 +1,124 @@
+# shellcheck shell=bash
+# The two-VM test bed: a compute host and a storage host, each a virtme-ng guest under TCG
+# running the project's kernel, joined by one qemu datagram link over the host's loopback and
+# no other network device. Sourced by the runner, the demo and the tests.
+#
+#   tb_boot                 boot both VMs (TB_DIR holds their state, logs and command queues)
+#   on compute|storage CMD  run CMD (a bash script text) in that VM; prints its output, returns its status
+#   tb_link up|down         set the link of both ends (qemu set_link), as a cable pull would
+#   tb_shutdown             collect dmesg (after a kmemleak scan) and power both off
+#   tb_splats FILE          print the kernel splats found in a dmesg file; status 1 if any
+
+TB_REPO=${TB_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+TB_COMPUTE_ADDR=192.0.2.1
+TB_STORAGE_ADDR=192.0.2.2
+TB_CMD_TIMEOUT=${TB_CMD_TIMEOUT:-900}
+TB_BOOT_TIMEOUT=${TB_BOOT_TIMEOUT:-600}
+
+tb_log() { printf '[testbed] %s\n' "$*" >&2; }
+
+tb_kernel() {
+  "$TB_REPO/selftests/kernel/build-kernel.sh"
+}
+
+# One free UDP port on the loopback, for each end of the datagram link.
+tb_free_port() {
+  python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+tb_boot() {
+  local kdir; kdir=$(tb_kernel) || return 1
+  export TB_DIR=${TB_DIR:-$TB_REPO/selftests/out/tb.$$}
+  rm -rf "$TB_DIR"; mkdir -p "$TB_DIR/cmd.compute" "$TB_DIR/cmd.storage"
+  local pc ps; pc=$(tb_free_port); ps=$(tb_free_port)
+  tb_log "booting compute ($TB_COMPUTE_ADDR, udp $pc) and storage ($TB_STORAGE_ADDR, udp $ps) under TCG; state in $TB_DIR"
+  _tb_vm compute "$TB_COMPUTE_ADDR" 2 1536M "$pc" "$ps" 52:54:00:d1:5c:01 "$kdir"
+  _tb_vm storage "$TB_STORAGE_ADDR" 1 1024M "$ps" "$pc" 52:54:00:d1:5c:02 "$kdir"
+  local t0=$SECONDS role
+  for role in compute storage; do
+    while [ ! -e "$TB_DIR/$role.ready" ]; do
+      if [ -e "$TB_DIR/$role.failed" ] || ! kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null; then
+        tb_log "$role failed to boot; console log tail:"; tail -n 30 "$TB_DIR/$role.console" >&2
+        return 1
+      fi
+      if (( SECONDS - t0 > TB_BOOT_TIMEOUT )); then tb_log "$role did not boot in ${TB_BOOT_TIMEOUT}s"; return 1; fi
+      sleep 1
+    done
+  done
+  tb_log "both VMs up in $((SECONDS - t0))s"
+}
+
+_tb_vm() {
+  local role=$1 addr=$2 cpus=$3 mem=$4 lport=$5 rport=$6 mac=$7 kdir=$8
+  local net="-netdev dgram,id=l0,local.type=inet,local.host=127.0.0.1,local.port=$lport,remote.type=inet,remote.host=127.0.0.1,remote.port=$rport"
+  net+=" -device virtio-net-pci,netdev=l0,mac=$mac -monitor unix:$TB_DIR/$role.mon,server,nowait"
+  setsid vng --run "$kdir/arch/x86/boot/bzImage" --disable-kvm --disable-microvm --force-9p \
+    --name "$role" --cpus "$cpus" --memory "$mem" --rwdir "$TB_DIR" \
+    --qemu-opts="$net" \
+    --exec "$TB_REPO/selftests/vm/agent.sh $role $addr/24 $TB_DIR" \
+    </dev/null >"$TB_DIR/$role.console" 2>&1 &
+  echo $! >"$TB_DIR/$role.pid"
+}
+
+# on ROLE CMD...: run CMD in the VM, print its output, return its exit status.
+on() {
+  local role=$1; shift
+  local q=$TB_DIR/cmd.$role id
+  id=$(date +%s%N)-$$-$RANDOM
+  printf '%s\n' "$*" >"$q/$id.tmp" && mv "$q/$id.tmp" "$q/$id.sh"
+  local t0=$SECONDS
+  while [ ! -e "$q/$id.rc" ]; do
+    if (( SECONDS - t0 > TB_CMD_TIMEOUT )); then
+      tb_log "timeout after ${TB_CMD_TIMEOUT}s on $role: $*"; cat "$q/$id.out" 2>/dev/null; return 124
+    fi
+    if ! kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null; then
+      tb_log "$role VM is gone while running: $*"; return 125
+    fi
+    sleep 0.2
+  done
+  cat "$q/$id.out"
+  return "$(cat "$q/$id.rc")"
+}
+
+# Link state of both ends, through each VM's qemu monitor.
+tb_link() {
+  local state=on role
+  [ "$1" = down ] && state=off
+  for role in compute storage; do
+    python3 - "$TB_DIR/$role.mon" "set_link l0 $state" <<'PY'
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(0.2); s.recv(65536)
+s.sendall((sys.argv[2] + "\n").encode()); time.sleep(0.3); s.close()
+PY
+  done
+}
+
+tb_collect_dmesg() {
+  local role=$1
+  on "$role" 'if [ -w /sys/kernel/debug/kmemleak ]; then echo scan > /sys/kernel/debug/kmemleak; sleep 6; echo scan > /sys/kernel/debug/kmemleak; cat /sys/kernel/debug/kmemleak > kmemleak.'"$role"'; fi; dmesg' >"$TB_DIR/$role.dmesg" 2>&1
+}
+
+tb_shutdown() {
+  local role pid
+  for role in compute storage; do
+    [ -e "$TB_DIR/$role.pid" ] || continue
+    kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null || continue
+    tb_collect_dmesg "$role"
+    touch "$TB_DIR/cmd.$role/STOP"
+  done
+  for role in compute storage; do
+    [ -e "$TB_DIR/$role.pid" ] || continue
+    pid=$(cat "$TB_DIR/$role.pid")
+    for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && { tb_log "$role did not power off; killing it"; kill -- -"$pid" 2>/dev/null; }
+  done
+  return 0
+}
+
+# Kernel reports that fail a run: warnings, bugs, lockdep, KFENCE, kmemleak, hung tasks,
+# sleeping in atomic context, RCU stalls, oopses.
+TB_SPLAT_RE='WARNING:|BUG:|Oops|general protection fault|Kernel panic|KFENCE:|kmemleak: [0-9]+ new suspected|unreferenced object 0x|possible recursive locking|possible circular locking|inconsistent lock state|possible irq lock inversion|suspicious RCU usage|DEBUG_LOCKS_WARN_ON|trying to register non-static key|sleeping function called from invalid context|blocked for more than|self-detected stall|rcu: INFO|UBSAN:|refcount_t:|list_add corruption|list_del corruption|stack-protector|RIP: 0010'
+
+tb_splats() {
+  ! grep -E "$TB_SPLAT_RE" "$1"
+}

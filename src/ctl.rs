@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The control directory, `/sys/class/rdmadisk/ctl/`: driver-wide state and its attributes.
+
+use core::fmt::Write;
+use kernel::{c_str, new_mutex, prelude::*, sync::Mutex};
+
+use crate::kapi::sysfs::{Attr, ShowBuf};
+
+/// Longest RDMA device name we keep (IB_DEVICE_NAME_MAX).
+pub(crate) const DEV_NAME_MAX: usize = 64;
+
+/// An RDMA device name, copied out of the device so it can outlive it.
+#[derive(Clone, Copy)]
+pub(crate) struct DevName {
+    bytes: [u8; DEV_NAME_MAX],
+    len: usize,
+}
+
+impl DevName {
+    pub(crate) fn new(name: &[u8]) -> Self {
+        let len = name.len().min(DEV_NAME_MAX);
+        let mut bytes = [0; DEV_NAME_MAX];
+        bytes[..len].copy_from_slice(&name[..len]);
+        Self { bytes, len }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Driver-wide state shared by the control attributes and the RDMA device watcher.
+#[pin_data]
+pub(crate) struct Ctl {
+    /// RDMA devices present now, in the order they appeared.
+    #[pin]
+    ib_devices: Mutex<KVec<DevName>>,
+}
+
+impl Ctl {
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            ib_devices <- new_mutex!(KVec::new(), "rdmadisk::ctl::ib_devices"),
+        })
+    }
+
+    pub(crate) fn ib_device_added(&self, name: DevName) -> Result {
+        self.ib_devices.lock().push(name, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    pub(crate) fn ib_device_removed(&self, name: &DevName) {
+        self.ib_devices.lock().retain(|d| d.as_bytes() != name.as_bytes());
+    }
+
+    fn show_ib_devices(&self, out: &mut ShowBuf<'_>) -> Result {
+        for dev in self.ib_devices.lock().iter() {
+            let name = core::str::from_utf8(dev.as_bytes()).unwrap_or("?");
+            writeln!(out, "{name}").map_err(|_| EFBIG)?;
+        }
+        Ok(())
+    }
+
+    fn show_version(&self, out: &mut ShowBuf<'_>) -> Result {
+        writeln!(out, "{}", crate::VERSION).map_err(|_| EFBIG)
+    }
+}
+
+static IB_DEVICES: Attr<Ctl> = Attr::ro(c_str!("ib_devices"), Ctl::show_ib_devices);
+static VERSION: Attr<Ctl> = Attr::ro(c_str!("version"), Ctl::show_version);
+
+/// The attributes of `/sys/class/rdmadisk/ctl/`.
+pub(crate) static ATTRS: &[&Attr<Ctl>] = &[&IB_DEVICES, &VERSION];

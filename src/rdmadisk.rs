@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rdmadisk: block devices backed by a remote storage target over RDMA, with an in-kernel TCP
+//! fallback.
+//!
+//! The driver's logic lives in `src/` and is safe Rust; the kernel APIs that the `kernel` crate
+//! lacks are wrapped in `rust/` (the only place with `unsafe`).
+
+#![deny(unsafe_code)]
+
+use kernel::{c_str, prelude::*, sync::Arc};
+
+#[path = "../rust/lib.rs"]
+mod kapi;
+
+mod ctl;
+mod rdma_devices;
+
+use kapi::{ib_client, sysfs};
+
+/// The driver's version, shown in `/sys/class/rdmadisk/ctl/version`.
+pub(crate) const VERSION: &str = "0.1.0";
+
+module! {
+    type: RdmaDisk,
+    name: "rdmadisk",
+    author: "rdmadisk developers",
+    description: "Block devices on a remote target over RDMA, with TCP fallback",
+    license: "GPL",
+}
+
+struct RdmaDisk {
+    // Field order is teardown order: stop hearing about RDMA devices first, then remove the
+    // control directory, then its class.
+    _ib: Pin<KBox<ib_client::Registration<rdma_devices::RdmaDevices>>>,
+    _ctl_dev: sysfs::ClassDevice<ctl::Ctl>,
+    _class: sysfs::Class,
+}
+
+impl kernel::Module for RdmaDisk {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let ctl = Arc::pin_init(ctl::Ctl::new(), GFP_KERNEL)?;
+        let class = sysfs::Class::new(c_str!("rdmadisk"))?;
+        let ctl_dev = sysfs::ClassDevice::new(&class, c_str!("ctl"), ctl::ATTRS, ctl.clone())?;
+        let ib = ib_client::Registration::new(
+            c_str!("rdmadisk"),
+            rdma_devices::RdmaDevices::new(ctl),
+        )?;
+        pr_info!("loaded\n");
+        Ok(Self { _ib: ib, _ctl_dev: ctl_dev, _class: class })
+    }
+}
+
+impl Drop for RdmaDisk {
+    fn drop(&mut self) {
+        pr_info!("unloading\n");
+    }
+}
