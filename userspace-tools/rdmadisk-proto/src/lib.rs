@@ -1,1 +1,13 @@
+//! rdmadisk protocol core: wire format, CRC32C, credit accounting and the
+//! RDMA/TCP failover policy.
+//!
+//! Everything here is plain `core` Rust with no dependencies because the kernel
+//! module compiles these very files (one `#[path]` module each, inside its own
+//! `proto` module) while userspace tests and fuzzes them with cargo. Modules
+//! therefore reach each other through `super::`, never through `crate::`.
 #![no_std]
+
+pub mod wire;
+
+#[cfg(test)]
+mod cheader;

@@ -1,0 +1,1420 @@
+//! Wire format shared by the client (kernel module) and the storage target.
+//!
+//! Every message is a fixed-size, explicitly little-endian layout. Layouts are
+//! described by offset constants (the `*_off` modules) rather than by
+//! `#[repr(C)]` structs so that encoding and decoding never depend on host
+//! endianness, padding or `unsafe` transmutes, and so the C view in
+//! `include/rdmadisk_wire.h` can be generated from the same numbers.
+//!
+//! Decoders take `&[u8]`, accept trailing bytes (connect private data and
+//! receive buffers are often larger than the message) and never panic.
+//! Reserved bytes are written as zero and ignored when read, so later versions
+//! can give them a meaning without breaking this one.
+
+use core::fmt;
+
+/// Magic at the start of [`Hello`] and [`HelloReply`] ("RDSK" read as a
+/// big-endian word), so a stray connection is rejected at once.
+pub const MAGIC: u32 = 0x5244_534B;
+/// Protocol version carried in [`Hello`] and [`HelloReply`].
+pub const VERSION: u16 = 1;
+/// Maximum length in bytes of an export name.
+pub const EXPORT_NAME_MAX: usize = 32;
+/// log2 of the sector size that `sector` fields count in.
+pub const SECTOR_SHIFT: u32 = 9;
+/// Sector size in bytes; lengths must be multiples of it.
+pub const SECTOR_SIZE: u32 = 1 << SECTOR_SHIFT;
+
+/// Encoded length of [`Hello`]; it must fit rdma_cm connect private data
+/// (56 bytes for RC on InfiniBand/RoCE).
+pub const HELLO_LEN: usize = 56;
+/// Encoded length of [`HelloReply`]; it must fit rdma_cm accept private data
+/// (196 bytes), and 64 leaves room for later fields.
+pub const HELLO_REPLY_LEN: usize = 64;
+/// Encoded length of [`Request`].
+pub const REQUEST_LEN: usize = 48;
+/// Encoded length of [`Response`].
+pub const RESPONSE_LEN: usize = 32;
+/// Encoded length of [`FrameHeader`].
+pub const FRAME_HEADER_LEN: usize = 8;
+/// Magic at the start of every TCP frame ("RD").
+pub const FRAME_MAGIC: u16 = 0x5244;
+
+/// Field offsets of [`Hello`].
+pub mod hello_off {
+    /// `u32` [`super::MAGIC`].
+    pub const MAGIC: usize = 0;
+    /// `u16` protocol version.
+    pub const VERSION: usize = 4;
+    /// `u16` flags, none defined yet.
+    pub const FLAGS: usize = 6;
+    /// `u16` index of this queue within the session.
+    pub const QUEUE_ID: usize = 8;
+    /// `u16` number of queues the session will open.
+    pub const QUEUE_COUNT: usize = 10;
+    /// `u16` receives the client has posted for responses.
+    pub const RECV_CREDITS: usize = 12;
+    /// `u16` reserved, zero.
+    pub const RESERVED: usize = 14;
+    /// `u64` session identifier.
+    pub const SESSION_ID: usize = 16;
+    /// `[u8; 32]` export name, NUL padded.
+    pub const EXPORT_NAME: usize = 24;
+}
+
+/// Field offsets of [`HelloReply`].
+pub mod hello_reply_off {
+    /// `u32` [`super::MAGIC`].
+    pub const MAGIC: usize = 0;
+    /// `u16` protocol version.
+    pub const VERSION: usize = 4;
+    /// `u16` [`super::HelloStatus`].
+    pub const STATUS: usize = 6;
+    /// `u64` export capacity in 512-byte sectors.
+    pub const CAPACITY_SECTORS: usize = 8;
+    /// `u32` logical block size in bytes.
+    pub const LOGICAL_BLOCK_SIZE: usize = 16;
+    /// `u32` physical block size in bytes.
+    pub const PHYSICAL_BLOCK_SIZE: usize = 20;
+    /// `u32` largest I/O in bytes.
+    pub const MAX_IO_BYTES: usize = 24;
+    /// `u16` largest number of data segments per I/O.
+    pub const MAX_SEGMENTS: usize = 28;
+    /// `u16` requests the target accepts in flight per queue.
+    pub const QUEUE_DEPTH: usize = 30;
+    /// `u16` request credits granted with the reply.
+    pub const INITIAL_CREDITS: usize = 32;
+    /// `u16` reserved, zero.
+    pub const RESERVED0: usize = 34;
+    /// `u32` [`super::features`] bits.
+    pub const FEATURES: usize = 36;
+    /// `u32` largest discard in sectors.
+    pub const MAX_DISCARD_SECTORS: usize = 40;
+    /// Reserved, zero, up to [`super::HELLO_REPLY_LEN`].
+    pub const RESERVED1: usize = 44;
+}
+
+/// Field offsets of [`Request`].
+pub mod request_off {
+    /// `u8` [`super::Opcode`].
+    pub const OPCODE: usize = 0;
+    /// `u8` [`super::req_flags`] bits.
+    pub const FLAGS: usize = 1;
+    /// `u16` response credits the client grants the target.
+    pub const CREDITS: usize = 2;
+    /// `u32` request tag, echoed in the response.
+    pub const TAG: usize = 4;
+    /// `u64` first sector.
+    pub const SECTOR: usize = 8;
+    /// `u32` length in bytes.
+    pub const LENGTH: usize = 16;
+    /// `u32` CRC32C of write data.
+    pub const DATA_CRC: usize = 20;
+    /// `u64` remote buffer address.
+    pub const BUF_ADDR: usize = 24;
+    /// `u32` remote buffer rkey.
+    pub const BUF_RKEY: usize = 32;
+    /// `u32` remote buffer length.
+    pub const BUF_LEN: usize = 36;
+    /// Reserved, zero, up to [`super::REQUEST_LEN`].
+    pub const RESERVED: usize = 40;
+}
+
+/// Field offsets of [`Response`].
+pub mod response_off {
+    /// `u32` tag of the request answered.
+    pub const TAG: usize = 0;
+    /// `u16` [`super::Status`].
+    pub const STATUS: usize = 4;
+    /// `u16` request credits the target grants the client.
+    pub const CREDITS: usize = 6;
+    /// `u32` CRC32C of read data.
+    pub const DATA_CRC: usize = 8;
+    /// `u32` length in bytes.
+    pub const LENGTH: usize = 12;
+    /// `u32` rkey invalidated by the Send-with-Invalidate.
+    pub const RKEY: usize = 16;
+    /// Reserved, zero, up to [`super::RESPONSE_LEN`].
+    pub const RESERVED: usize = 20;
+}
+
+/// Field offsets of [`FrameHeader`].
+pub mod frame_off {
+    /// `u16` [`super::FRAME_MAGIC`].
+    pub const MAGIC: usize = 0;
+    /// `u8` [`super::FrameKind`].
+    pub const KIND: usize = 2;
+    /// `u8` flags, none defined yet.
+    pub const FLAGS: usize = 3;
+    /// `u32` bytes of data after the fixed message.
+    pub const DATA_LEN: usize = 4;
+}
+
+// The layouts are part of the protocol: any change must be deliberate.
+const _: () = assert!(hello_off::EXPORT_NAME + EXPORT_NAME_MAX == HELLO_LEN);
+const _: () = assert!(HELLO_LEN <= 56);
+const _: () = assert!(hello_off::SESSION_ID % 8 == 0);
+const _: () = assert!(hello_reply_off::RESERVED1 <= HELLO_REPLY_LEN);
+const _: () = assert!(HELLO_REPLY_LEN <= 196);
+const _: () = assert!(hello_reply_off::CAPACITY_SECTORS % 8 == 0);
+const _: () = assert!(request_off::RESERVED + 8 == REQUEST_LEN);
+const _: () = assert!(request_off::SECTOR % 8 == 0 && request_off::BUF_ADDR % 8 == 0);
+const _: () = assert!(response_off::RESERVED + 12 == RESPONSE_LEN);
+const _: () = assert!(frame_off::DATA_LEN + 4 == FRAME_HEADER_LEN);
+
+/// Feature bits advertised in [`HelloReply::features`].
+pub mod features {
+    /// The export has a volatile cache; `Flush` and FUA writes are meaningful.
+    pub const FLUSH: u32 = 1 << 0;
+    /// FUA writes are honoured natively.
+    pub const FUA: u32 = 1 << 1;
+    /// `Discard` is supported.
+    pub const DISCARD: u32 = 1 << 2;
+    /// `WriteZeroes` is supported.
+    pub const WRITE_ZEROES: u32 = 1 << 3;
+    /// The export is read-only.
+    pub const READ_ONLY: u32 = 1 << 4;
+    /// Every bit defined above.
+    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY;
+}
+
+/// Flag bits of [`Request::flags`].
+pub mod req_flags {
+    /// Force unit access: the write is durable before the response.
+    pub const FUA: u8 = 1;
+    /// Every bit defined above.
+    pub const ALL: u8 = FUA;
+}
+
+/// Why a buffer could not be decoded, or a value could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The buffer is shorter than the message.
+    Short,
+    /// The magic number is wrong.
+    BadMagic,
+    /// The protocol version is not [`VERSION`].
+    BadVersion,
+    /// Unknown [`Opcode`].
+    BadOpcode(u8),
+    /// Unknown [`Status`].
+    BadStatus(u16),
+    /// Unknown [`HelloStatus`].
+    BadHelloStatus(u16),
+    /// Unknown [`FrameKind`].
+    BadKind(u8),
+    /// The export name is empty, too long, not NUL padded or has a
+    /// character outside `[A-Za-z0-9._-]`.
+    BadExportName,
+}
+
+impl DecodeError {
+    /// The [`HelloStatus`] a target answers when a [`Hello`] fails to decode.
+    pub fn hello_status(self) -> HelloStatus {
+        match self {
+            DecodeError::BadVersion => HelloStatus::BadVersion,
+            DecodeError::BadExportName => HelloStatus::NoSuchExport,
+            _ => HelloStatus::Invalid,
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Short => f.write_str("message too short"),
+            DecodeError::BadMagic => f.write_str("bad magic"),
+            DecodeError::BadVersion => f.write_str("unsupported protocol version"),
+            DecodeError::BadOpcode(op) => write!(f, "unknown opcode {op}"),
+            DecodeError::BadStatus(s) => write!(f, "unknown status {s}"),
+            DecodeError::BadHelloStatus(s) => write!(f, "unknown hello status {s}"),
+            DecodeError::BadKind(k) => write!(f, "unknown frame kind {k}"),
+            DecodeError::BadExportName => f.write_str("invalid export name"),
+        }
+    }
+}
+
+// Offsets are const generics so that every bound is checked at compile time:
+// the accessors contain no fallible indexing at all.
+fn get<const OFF: usize, const W: usize, const N: usize>(b: &[u8; N]) -> [u8; W] {
+    const { assert!(OFF + W <= N) };
+    let mut out = [0u8; W];
+    for (dst, src) in out.iter_mut().zip(b.iter().skip(OFF)) {
+        *dst = *src;
+    }
+    out
+}
+
+fn put<const OFF: usize, const W: usize, const N: usize>(b: &mut [u8; N], v: [u8; W]) {
+    const { assert!(OFF + W <= N) };
+    for (dst, src) in b.iter_mut().skip(OFF).zip(v.iter()) {
+        *dst = *src;
+    }
+}
+
+fn get_u8<const OFF: usize, const N: usize>(b: &[u8; N]) -> u8 {
+    let [v] = get::<OFF, 1, N>(b);
+    v
+}
+
+fn get_u16<const OFF: usize, const N: usize>(b: &[u8; N]) -> u16 {
+    u16::from_le_bytes(get::<OFF, 2, N>(b))
+}
+
+fn get_u32<const OFF: usize, const N: usize>(b: &[u8; N]) -> u32 {
+    u32::from_le_bytes(get::<OFF, 4, N>(b))
+}
+
+fn get_u64<const OFF: usize, const N: usize>(b: &[u8; N]) -> u64 {
+    u64::from_le_bytes(get::<OFF, 8, N>(b))
+}
+
+fn put_u8<const OFF: usize, const N: usize>(b: &mut [u8; N], v: u8) {
+    put::<OFF, 1, N>(b, [v]);
+}
+
+fn put_u16<const OFF: usize, const N: usize>(b: &mut [u8; N], v: u16) {
+    put::<OFF, 2, N>(b, v.to_le_bytes());
+}
+
+fn put_u32<const OFF: usize, const N: usize>(b: &mut [u8; N], v: u32) {
+    put::<OFF, 4, N>(b, v.to_le_bytes());
+}
+
+fn put_u64<const OFF: usize, const N: usize>(b: &mut [u8; N], v: u64) {
+    put::<OFF, 8, N>(b, v.to_le_bytes());
+}
+
+fn fixed<const N: usize>(buf: &[u8]) -> Result<&[u8; N], DecodeError> {
+    buf.first_chunk::<N>().ok_or(DecodeError::Short)
+}
+
+/// Name of an export: 1..=[`EXPORT_NAME_MAX`] bytes of `[A-Za-z0-9._-]`.
+///
+/// The character set keeps names safe to print in logs, sysfs and paths
+/// without escaping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportName {
+    // Bytes past `len` are always zero, which makes the derived `Eq` exact.
+    bytes: [u8; EXPORT_NAME_MAX],
+    len: u8,
+}
+
+impl ExportName {
+    /// Checks and copies `name`.
+    pub fn new(name: &[u8]) -> Result<ExportName, DecodeError> {
+        if name.is_empty() || name.len() > EXPORT_NAME_MAX {
+            return Err(DecodeError::BadExportName);
+        }
+        let valid = |c: &u8| c.is_ascii_alphanumeric() || matches!(*c, b'.' | b'_' | b'-');
+        if !name.iter().all(valid) {
+            return Err(DecodeError::BadExportName);
+        }
+        let mut bytes = [0u8; EXPORT_NAME_MAX];
+        for (dst, src) in bytes.iter_mut().zip(name.iter()) {
+            *dst = *src;
+        }
+        Ok(ExportName {
+            bytes,
+            // Cannot truncate: the length was checked against EXPORT_NAME_MAX.
+            len: name.len() as u8,
+        })
+    }
+
+    /// The name without padding.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or(&[])
+    }
+
+    /// The name as a string; it is ASCII by construction.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    /// The NUL-padded form carried on the wire.
+    pub fn to_padded(&self) -> [u8; EXPORT_NAME_MAX] {
+        self.bytes
+    }
+
+    /// Parses the NUL-padded wire form. Padding must be all NUL so that every
+    /// name has exactly one encoding.
+    pub fn from_padded(padded: &[u8; EXPORT_NAME_MAX]) -> Result<ExportName, DecodeError> {
+        let len = padded
+            .iter()
+            .position(|&c| c == 0)
+            .unwrap_or(EXPORT_NAME_MAX);
+        let (name, pad) = padded.split_at(len);
+        if pad.iter().any(|&c| c != 0) {
+            return Err(DecodeError::BadExportName);
+        }
+        ExportName::new(name)
+    }
+}
+
+impl fmt::Display for ExportName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// First message on every queue, client to target. Travels as rdma_cm
+/// connect private data, or as the first TCP frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// Flags, none defined yet; sent as zero.
+    pub flags: u16,
+    /// Index of this queue, `0..queue_count`.
+    pub queue_id: u16,
+    /// Number of queues in the session.
+    pub queue_count: u16,
+    /// Receives the client has posted for responses on this queue, which is
+    /// the number of responses the target may send before further grants.
+    pub recv_credits: u16,
+    /// Ties a device's queues and both of its transports together, so the
+    /// target can tell a reconnect (failover/failback) from a new client.
+    pub session_id: u64,
+    /// Export to attach to.
+    pub export: ExportName,
+}
+
+impl Hello {
+    /// Writes the message, reserved bytes zeroed.
+    pub fn encode(&self, out: &mut [u8; HELLO_LEN]) {
+        *out = [0; HELLO_LEN];
+        put_u32::<{ hello_off::MAGIC }, HELLO_LEN>(out, MAGIC);
+        put_u16::<{ hello_off::VERSION }, HELLO_LEN>(out, VERSION);
+        put_u16::<{ hello_off::FLAGS }, HELLO_LEN>(out, self.flags);
+        put_u16::<{ hello_off::QUEUE_ID }, HELLO_LEN>(out, self.queue_id);
+        put_u16::<{ hello_off::QUEUE_COUNT }, HELLO_LEN>(out, self.queue_count);
+        put_u16::<{ hello_off::RECV_CREDITS }, HELLO_LEN>(out, self.recv_credits);
+        put_u64::<{ hello_off::SESSION_ID }, HELLO_LEN>(out, self.session_id);
+        put::<{ hello_off::EXPORT_NAME }, EXPORT_NAME_MAX, HELLO_LEN>(out, self.export.to_padded());
+    }
+
+    /// Returns the encoded message.
+    pub fn to_bytes(&self) -> [u8; HELLO_LEN] {
+        let mut out = [0; HELLO_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Parses a message; trailing bytes are ignored.
+    pub fn decode(buf: &[u8]) -> Result<Hello, DecodeError> {
+        let b = fixed::<HELLO_LEN>(buf)?;
+        if get_u32::<{ hello_off::MAGIC }, HELLO_LEN>(b) != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        if get_u16::<{ hello_off::VERSION }, HELLO_LEN>(b) != VERSION {
+            return Err(DecodeError::BadVersion);
+        }
+        let name = get::<{ hello_off::EXPORT_NAME }, EXPORT_NAME_MAX, HELLO_LEN>(b);
+        Ok(Hello {
+            flags: get_u16::<{ hello_off::FLAGS }, HELLO_LEN>(b),
+            queue_id: get_u16::<{ hello_off::QUEUE_ID }, HELLO_LEN>(b),
+            queue_count: get_u16::<{ hello_off::QUEUE_COUNT }, HELLO_LEN>(b),
+            recv_credits: get_u16::<{ hello_off::RECV_CREDITS }, HELLO_LEN>(b),
+            session_id: get_u64::<{ hello_off::SESSION_ID }, HELLO_LEN>(b),
+            export: ExportName::from_padded(&name)?,
+        })
+    }
+}
+
+/// Outcome of a [`Hello`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum HelloStatus {
+    /// Attached; the other [`HelloReply`] fields are valid.
+    Ok = 0,
+    /// The target does not speak the client's [`VERSION`].
+    BadVersion = 1,
+    /// No export by that name.
+    NoSuchExport = 2,
+    /// The client may not attach to this export.
+    NotAllowed = 3,
+    /// The target cannot take the queue now; retry later.
+    Busy = 4,
+    /// The hello was malformed (bad queue numbers, bad magic, ...).
+    Invalid = 5,
+}
+
+impl TryFrom<u16> for HelloStatus {
+    type Error = DecodeError;
+    fn try_from(v: u16) -> Result<Self, DecodeError> {
+        Ok(match v {
+            0 => HelloStatus::Ok,
+            1 => HelloStatus::BadVersion,
+            2 => HelloStatus::NoSuchExport,
+            3 => HelloStatus::NotAllowed,
+            4 => HelloStatus::Busy,
+            5 => HelloStatus::Invalid,
+            _ => return Err(DecodeError::BadHelloStatus(v)),
+        })
+    }
+}
+
+/// The target's answer to a [`Hello`]: rdma_cm accept private data, or the
+/// first TCP frame from the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloReply {
+    /// Outcome; when not `Ok`, every other field is zero.
+    pub status: HelloStatus,
+    /// Export size in 512-byte sectors.
+    pub capacity_sectors: u64,
+    /// Logical block size in bytes.
+    pub logical_block_size: u32,
+    /// Physical block size in bytes.
+    pub physical_block_size: u32,
+    /// Largest I/O in bytes the target accepts.
+    pub max_io_bytes: u32,
+    /// Largest number of data segments per I/O.
+    pub max_segments: u16,
+    /// Requests the target accepts in flight on this queue.
+    pub queue_depth: u16,
+    /// Request credits granted now: the receives the target has posted.
+    pub initial_credits: u16,
+    /// [`features`] bits.
+    pub features: u32,
+    /// Largest discard or write-zeroes in sectors; the target must keep it
+    /// within `max_io_bytes` (see [`Request::validate`]).
+    pub max_discard_sectors: u32,
+}
+
+impl HelloReply {
+    /// A refusal carrying only a status.
+    pub fn rejected(status: HelloStatus) -> HelloReply {
+        HelloReply {
+            status,
+            capacity_sectors: 0,
+            logical_block_size: 0,
+            physical_block_size: 0,
+            max_io_bytes: 0,
+            max_segments: 0,
+            queue_depth: 0,
+            initial_credits: 0,
+            features: 0,
+            max_discard_sectors: 0,
+        }
+    }
+
+    /// Writes the message, reserved bytes zeroed.
+    pub fn encode(&self, out: &mut [u8; HELLO_REPLY_LEN]) {
+        const N: usize = HELLO_REPLY_LEN;
+        *out = [0; N];
+        put_u32::<{ hello_reply_off::MAGIC }, N>(out, MAGIC);
+        put_u16::<{ hello_reply_off::VERSION }, N>(out, VERSION);
+        put_u16::<{ hello_reply_off::STATUS }, N>(out, self.status as u16);
+        put_u64::<{ hello_reply_off::CAPACITY_SECTORS }, N>(out, self.capacity_sectors);
+        put_u32::<{ hello_reply_off::LOGICAL_BLOCK_SIZE }, N>(out, self.logical_block_size);
+        put_u32::<{ hello_reply_off::PHYSICAL_BLOCK_SIZE }, N>(out, self.physical_block_size);
+        put_u32::<{ hello_reply_off::MAX_IO_BYTES }, N>(out, self.max_io_bytes);
+        put_u16::<{ hello_reply_off::MAX_SEGMENTS }, N>(out, self.max_segments);
+        put_u16::<{ hello_reply_off::QUEUE_DEPTH }, N>(out, self.queue_depth);
+        put_u16::<{ hello_reply_off::INITIAL_CREDITS }, N>(out, self.initial_credits);
+        put_u32::<{ hello_reply_off::FEATURES }, N>(out, self.features);
+        put_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(out, self.max_discard_sectors);
+    }
+
+    /// Returns the encoded message.
+    pub fn to_bytes(&self) -> [u8; HELLO_REPLY_LEN] {
+        let mut out = [0; HELLO_REPLY_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Parses a message; trailing bytes are ignored.
+    ///
+    /// A reply with a version other than [`VERSION`] is an error even when
+    /// its status is `BadVersion`: the fields cannot be trusted either way.
+    pub fn decode(buf: &[u8]) -> Result<HelloReply, DecodeError> {
+        const N: usize = HELLO_REPLY_LEN;
+        let b = fixed::<N>(buf)?;
+        if get_u32::<{ hello_reply_off::MAGIC }, N>(b) != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        if get_u16::<{ hello_reply_off::VERSION }, N>(b) != VERSION {
+            return Err(DecodeError::BadVersion);
+        }
+        Ok(HelloReply {
+            status: HelloStatus::try_from(get_u16::<{ hello_reply_off::STATUS }, N>(b))?,
+            capacity_sectors: get_u64::<{ hello_reply_off::CAPACITY_SECTORS }, N>(b),
+            logical_block_size: get_u32::<{ hello_reply_off::LOGICAL_BLOCK_SIZE }, N>(b),
+            physical_block_size: get_u32::<{ hello_reply_off::PHYSICAL_BLOCK_SIZE }, N>(b),
+            max_io_bytes: get_u32::<{ hello_reply_off::MAX_IO_BYTES }, N>(b),
+            max_segments: get_u16::<{ hello_reply_off::MAX_SEGMENTS }, N>(b),
+            queue_depth: get_u16::<{ hello_reply_off::QUEUE_DEPTH }, N>(b),
+            initial_credits: get_u16::<{ hello_reply_off::INITIAL_CREDITS }, N>(b),
+            features: get_u32::<{ hello_reply_off::FEATURES }, N>(b),
+            max_discard_sectors: get_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(b),
+        })
+    }
+}
+
+/// Request operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Opcode {
+    /// Read `length` bytes; the target RDMA-Writes them into `buf`.
+    Read = 1,
+    /// Write `length` bytes; the target RDMA-Reads them from `buf`.
+    Write = 2,
+    /// Make completed writes durable.
+    Flush = 3,
+    /// Discard a sector range.
+    Discard = 4,
+    /// Zero a sector range without a data transfer.
+    WriteZeroes = 5,
+    /// Keepalive; carries no data and only returns credits.
+    Nop = 6,
+}
+
+impl Opcode {
+    /// True for the operations that move data through `buf`.
+    pub fn has_data(self) -> bool {
+        matches!(self, Opcode::Read | Opcode::Write)
+    }
+
+    /// True for the operations that change the export's contents.
+    pub fn modifies(self) -> bool {
+        matches!(self, Opcode::Write | Opcode::Discard | Opcode::WriteZeroes)
+    }
+}
+
+impl TryFrom<u8> for Opcode {
+    type Error = DecodeError;
+    fn try_from(v: u8) -> Result<Self, DecodeError> {
+        Ok(match v {
+            1 => Opcode::Read,
+            2 => Opcode::Write,
+            3 => Opcode::Flush,
+            4 => Opcode::Discard,
+            5 => Opcode::WriteZeroes,
+            6 => Opcode::Nop,
+            _ => return Err(DecodeError::BadOpcode(v)),
+        })
+    }
+}
+
+/// A client buffer the target may access once, with RDMA Read (writes) or
+/// RDMA Write (reads), through a fast-registered memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteBuf {
+    /// I/O virtual address of the region.
+    pub addr: u64,
+    /// Remote key; invalidated by the response.
+    pub rkey: u32,
+    /// Region length in bytes.
+    pub len: u32,
+}
+
+/// Result of a [`Request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Status {
+    /// Done.
+    Ok = 0,
+    /// Write data did not match `data_crc`; the client retries.
+    CrcMismatch = 1,
+    /// The range is outside the export.
+    OutOfRange = 2,
+    /// The export is read-only.
+    ReadOnly = 3,
+    /// The backing store failed.
+    IoError = 4,
+    /// The operation is not supported by this export.
+    Unsupported = 5,
+    /// The request is malformed.
+    Invalid = 6,
+}
+
+impl TryFrom<u16> for Status {
+    type Error = DecodeError;
+    fn try_from(v: u16) -> Result<Self, DecodeError> {
+        Ok(match v {
+            0 => Status::Ok,
+            1 => Status::CrcMismatch,
+            2 => Status::OutOfRange,
+            3 => Status::ReadOnly,
+            4 => Status::IoError,
+            5 => Status::Unsupported,
+            6 => Status::Invalid,
+            _ => return Err(DecodeError::BadStatus(v)),
+        })
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Ok => "ok",
+            Status::CrcMismatch => "crc mismatch",
+            Status::OutOfRange => "out of range",
+            Status::ReadOnly => "read-only",
+            Status::IoError => "i/o error",
+            Status::Unsupported => "unsupported",
+            Status::Invalid => "invalid request",
+        })
+    }
+}
+
+/// One I/O, client to target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Operation.
+    pub opcode: Opcode,
+    /// [`req_flags`] bits.
+    pub flags: u8,
+    /// Response credits the client grants back (receives it re-posted).
+    pub credits: u16,
+    /// Client tag, echoed in the response.
+    pub tag: u32,
+    /// First 512-byte sector.
+    pub sector: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// CRC32C of the write data; 0 for other operations.
+    pub data_crc: u32,
+    /// Data buffer for `Read`/`Write`; zero otherwise.
+    pub buf: RemoteBuf,
+}
+
+impl Request {
+    /// Writes the message, reserved bytes zeroed.
+    pub fn encode(&self, out: &mut [u8; REQUEST_LEN]) {
+        const N: usize = REQUEST_LEN;
+        *out = [0; N];
+        put_u8::<{ request_off::OPCODE }, N>(out, self.opcode as u8);
+        put_u8::<{ request_off::FLAGS }, N>(out, self.flags);
+        put_u16::<{ request_off::CREDITS }, N>(out, self.credits);
+        put_u32::<{ request_off::TAG }, N>(out, self.tag);
+        put_u64::<{ request_off::SECTOR }, N>(out, self.sector);
+        put_u32::<{ request_off::LENGTH }, N>(out, self.length);
+        put_u32::<{ request_off::DATA_CRC }, N>(out, self.data_crc);
+        put_u64::<{ request_off::BUF_ADDR }, N>(out, self.buf.addr);
+        put_u32::<{ request_off::BUF_RKEY }, N>(out, self.buf.rkey);
+        put_u32::<{ request_off::BUF_LEN }, N>(out, self.buf.len);
+    }
+
+    /// Returns the encoded message.
+    pub fn to_bytes(&self) -> [u8; REQUEST_LEN] {
+        let mut out = [0; REQUEST_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Parses a message; trailing bytes are ignored. Only the opcode is
+    /// checked here; [`Request::validate`] checks the rest.
+    pub fn decode(buf: &[u8]) -> Result<Request, DecodeError> {
+        const N: usize = REQUEST_LEN;
+        let b = fixed::<N>(buf)?;
+        Ok(Request {
+            opcode: Opcode::try_from(get_u8::<{ request_off::OPCODE }, N>(b))?,
+            flags: get_u8::<{ request_off::FLAGS }, N>(b),
+            credits: get_u16::<{ request_off::CREDITS }, N>(b),
+            tag: get_u32::<{ request_off::TAG }, N>(b),
+            sector: get_u64::<{ request_off::SECTOR }, N>(b),
+            length: get_u32::<{ request_off::LENGTH }, N>(b),
+            data_crc: get_u32::<{ request_off::DATA_CRC }, N>(b),
+            buf: RemoteBuf {
+                addr: get_u64::<{ request_off::BUF_ADDR }, N>(b),
+                rkey: get_u32::<{ request_off::BUF_RKEY }, N>(b),
+                len: get_u32::<{ request_off::BUF_LEN }, N>(b),
+            },
+        })
+    }
+
+    /// The target's admission check, run before any data moves.
+    ///
+    /// Checks, in this order (the first failure wins):
+    /// 1. unknown flag bits → `Invalid`;
+    /// 2. `Write`, `Discard`, `WriteZeroes` on a read-only export → `ReadOnly`;
+    /// 3. `Flush`, `Nop`: `length` must be 0 → else `Invalid`; nothing more
+    ///    is checked (their `sector` and `buf` are ignored);
+    /// 4. `length` must be non-zero, a multiple of 512 and at most
+    ///    `max_io_bytes` (for `Discard`/`WriteZeroes` too, so the target
+    ///    advertises `max_discard_sectors` within that) → else `Invalid`;
+    /// 5. `Read`, `Write`: `buf.len` must equal `length` → else `Invalid`
+    ///    (`buf` is ignored for the other operations);
+    /// 6. `sector + length / 512` must not exceed `capacity_sectors`, with no
+    ///    overflow → else `OutOfRange`.
+    pub fn validate(
+        &self,
+        capacity_sectors: u64,
+        max_io_bytes: u32,
+        read_only: bool,
+    ) -> Result<(), Status> {
+        if self.flags & !req_flags::ALL != 0 {
+            return Err(Status::Invalid);
+        }
+        if read_only && self.opcode.modifies() {
+            return Err(Status::ReadOnly);
+        }
+        if matches!(self.opcode, Opcode::Flush | Opcode::Nop) {
+            return if self.length == 0 {
+                Ok(())
+            } else {
+                Err(Status::Invalid)
+            };
+        }
+        if self.length == 0 || self.length % SECTOR_SIZE != 0 || self.length > max_io_bytes {
+            return Err(Status::Invalid);
+        }
+        if self.opcode.has_data() && self.buf.len != self.length {
+            return Err(Status::Invalid);
+        }
+        let sectors = u64::from(self.length >> SECTOR_SHIFT);
+        match self.sector.checked_add(sectors) {
+            Some(end) if end <= capacity_sectors => Ok(()),
+            _ => Err(Status::OutOfRange),
+        }
+    }
+}
+
+/// Completion of one [`Request`], target to client. On RDMA it is sent with
+/// Send-with-Invalidate of `rkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    /// Tag of the request answered.
+    pub tag: u32,
+    /// Outcome.
+    pub status: Status,
+    /// Request credits the target grants the client.
+    pub credits: u16,
+    /// CRC32C of the read data; 0 for other operations.
+    pub data_crc: u32,
+    /// Bytes transferred.
+    pub length: u32,
+    /// The rkey invalidated (or, on TCP, echoed), so the client can check the
+    /// right region was fenced.
+    pub rkey: u32,
+}
+
+impl Response {
+    /// Writes the message, reserved bytes zeroed.
+    pub fn encode(&self, out: &mut [u8; RESPONSE_LEN]) {
+        const N: usize = RESPONSE_LEN;
+        *out = [0; N];
+        put_u32::<{ response_off::TAG }, N>(out, self.tag);
+        put_u16::<{ response_off::STATUS }, N>(out, self.status as u16);
+        put_u16::<{ response_off::CREDITS }, N>(out, self.credits);
+        put_u32::<{ response_off::DATA_CRC }, N>(out, self.data_crc);
+        put_u32::<{ response_off::LENGTH }, N>(out, self.length);
+        put_u32::<{ response_off::RKEY }, N>(out, self.rkey);
+    }
+
+    /// Returns the encoded message.
+    pub fn to_bytes(&self) -> [u8; RESPONSE_LEN] {
+        let mut out = [0; RESPONSE_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Parses a message; trailing bytes are ignored.
+    pub fn decode(buf: &[u8]) -> Result<Response, DecodeError> {
+        const N: usize = RESPONSE_LEN;
+        let b = fixed::<N>(buf)?;
+        Ok(Response {
+            tag: get_u32::<{ response_off::TAG }, N>(b),
+            status: Status::try_from(get_u16::<{ response_off::STATUS }, N>(b))?,
+            credits: get_u16::<{ response_off::CREDITS }, N>(b),
+            data_crc: get_u32::<{ response_off::DATA_CRC }, N>(b),
+            length: get_u32::<{ response_off::LENGTH }, N>(b),
+            rkey: get_u32::<{ response_off::RKEY }, N>(b),
+        })
+    }
+}
+
+/// What a TCP frame carries after its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A [`Hello`].
+    Hello = 1,
+    /// A [`HelloReply`].
+    HelloReply = 2,
+    /// A [`Request`], then the write data if any.
+    Request = 3,
+    /// A [`Response`], then the read data if any.
+    Response = 4,
+}
+
+impl FrameKind {
+    /// Length of the fixed message that follows the frame header.
+    pub fn message_len(self) -> usize {
+        match self {
+            FrameKind::Hello => HELLO_LEN,
+            FrameKind::HelloReply => HELLO_REPLY_LEN,
+            FrameKind::Request => REQUEST_LEN,
+            FrameKind::Response => RESPONSE_LEN,
+        }
+    }
+}
+
+impl TryFrom<u8> for FrameKind {
+    type Error = DecodeError;
+    fn try_from(v: u8) -> Result<Self, DecodeError> {
+        Ok(match v {
+            1 => FrameKind::Hello,
+            2 => FrameKind::HelloReply,
+            3 => FrameKind::Request,
+            4 => FrameKind::Response,
+            _ => return Err(DecodeError::BadKind(v)),
+        })
+    }
+}
+
+/// Header of a TCP frame: the header, the fixed message of `kind`, then
+/// `data_len` bytes of data. Receivers must bound `data_len` themselves (by
+/// the negotiated `max_io_bytes`) before reading the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Message kind.
+    pub kind: FrameKind,
+    /// Flags, none defined yet; sent as zero.
+    pub flags: u8,
+    /// Bytes of data after the fixed message.
+    pub data_len: u32,
+}
+
+impl FrameHeader {
+    /// Writes the header.
+    pub fn encode(&self, out: &mut [u8; FRAME_HEADER_LEN]) {
+        const N: usize = FRAME_HEADER_LEN;
+        put_u16::<{ frame_off::MAGIC }, N>(out, FRAME_MAGIC);
+        put_u8::<{ frame_off::KIND }, N>(out, self.kind as u8);
+        put_u8::<{ frame_off::FLAGS }, N>(out, self.flags);
+        put_u32::<{ frame_off::DATA_LEN }, N>(out, self.data_len);
+    }
+
+    /// Returns the encoded header.
+    pub fn to_bytes(&self) -> [u8; FRAME_HEADER_LEN] {
+        let mut out = [0; FRAME_HEADER_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Parses a header; trailing bytes are ignored.
+    pub fn decode(buf: &[u8]) -> Result<FrameHeader, DecodeError> {
+        const N: usize = FRAME_HEADER_LEN;
+        let b = fixed::<N>(buf)?;
+        if get_u16::<{ frame_off::MAGIC }, N>(b) != FRAME_MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        Ok(FrameHeader {
+            kind: FrameKind::try_from(get_u8::<{ frame_off::KIND }, N>(b))?,
+            flags: get_u8::<{ frame_off::FLAGS }, N>(b),
+            data_len: get_u32::<{ frame_off::DATA_LEN }, N>(b),
+        })
+    }
+
+    /// Bytes after the header: the fixed message plus the data, or `None` if
+    /// that does not fit `usize`.
+    pub fn body_len(&self) -> Option<usize> {
+        usize::try_from(self.data_len)
+            .ok()?
+            .checked_add(self.kind.message_len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name(s: &str) -> ExportName {
+        ExportName::new(s.as_bytes()).unwrap()
+    }
+
+    fn hello() -> Hello {
+        Hello {
+            flags: 0,
+            queue_id: 3,
+            queue_count: 4,
+            recv_credits: 128,
+            session_id: 0x0102_0304_0506_0708,
+            export: name("vol-0"),
+        }
+    }
+
+    fn reply() -> HelloReply {
+        HelloReply {
+            status: HelloStatus::Ok,
+            capacity_sectors: 1 << 21,
+            logical_block_size: 512,
+            physical_block_size: 4096,
+            max_io_bytes: 1 << 20,
+            max_segments: 256,
+            queue_depth: 128,
+            initial_credits: 64,
+            features: features::FLUSH | features::DISCARD,
+            max_discard_sectors: 2048,
+        }
+    }
+
+    fn request(opcode: Opcode, sector: u64, length: u32) -> Request {
+        Request {
+            opcode,
+            flags: 0,
+            credits: 1,
+            tag: 7,
+            sector,
+            length,
+            data_crc: 0,
+            buf: RemoteBuf {
+                addr: 0x1000,
+                rkey: 0x55,
+                len: if opcode.has_data() { length } else { 0 },
+            },
+        }
+    }
+
+    fn response() -> Response {
+        Response {
+            tag: 0xdead_beef,
+            status: Status::CrcMismatch,
+            credits: 9,
+            data_crc: 0x1234_5678,
+            length: 4096,
+            rkey: 0xabcd,
+        }
+    }
+
+    #[test]
+    fn hello_layout_is_little_endian_at_documented_offsets() {
+        let b = hello().to_bytes();
+        assert_eq!(&b[0..4], &[0x4B, 0x53, 0x44, 0x52]);
+        assert_eq!(&b[4..6], &[1, 0]);
+        assert_eq!(&b[8..10], &[3, 0]);
+        assert_eq!(&b[10..12], &[4, 0]);
+        assert_eq!(&b[12..14], &[128, 0]);
+        assert_eq!(&b[16..24], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(&b[24..29], b"vol-0");
+        assert!(b[29..].iter().all(|&c| c == 0));
+        assert_eq!(Hello::decode(&b), Ok(hello()));
+    }
+
+    #[test]
+    fn hello_decode_errors() {
+        let good = hello().to_bytes();
+        assert_eq!(
+            Hello::decode(&good[..HELLO_LEN - 1]),
+            Err(DecodeError::Short)
+        );
+        assert_eq!(Hello::decode(&[]), Err(DecodeError::Short));
+        let mut b = good;
+        b[0] ^= 1;
+        assert_eq!(Hello::decode(&b), Err(DecodeError::BadMagic));
+        let mut b = good;
+        b[4] = 2;
+        assert_eq!(Hello::decode(&b), Err(DecodeError::BadVersion));
+        let mut b = good;
+        b[24] = 0;
+        assert_eq!(Hello::decode(&b), Err(DecodeError::BadExportName));
+        let mut b = good;
+        b[40] = b'x'; // garbage after the terminating NUL
+        assert_eq!(Hello::decode(&b), Err(DecodeError::BadExportName));
+        let mut b = good;
+        b[25] = b'/';
+        assert_eq!(Hello::decode(&b), Err(DecodeError::BadExportName));
+        // Trailing bytes and reserved fields are ignored.
+        let mut long = [0xffu8; HELLO_LEN + 8];
+        long[..HELLO_LEN].copy_from_slice(&good);
+        long[hello_off::RESERVED] = 0xff;
+        assert_eq!(Hello::decode(&long), Ok(hello()));
+    }
+
+    #[test]
+    fn export_name_rules() {
+        assert_eq!(ExportName::new(b""), Err(DecodeError::BadExportName));
+        assert_eq!(
+            ExportName::new(&[b'a'; 33]),
+            Err(DecodeError::BadExportName)
+        );
+        assert_eq!(ExportName::new(b"a b"), Err(DecodeError::BadExportName));
+        assert_eq!(ExportName::new(b"a\0"), Err(DecodeError::BadExportName));
+        assert_eq!(
+            ExportName::new(&[0xc3, 0xa9]),
+            Err(DecodeError::BadExportName)
+        );
+        let full = ExportName::new(&[b'z'; 32]).unwrap();
+        assert_eq!(full.as_bytes(), &[b'z'; 32]);
+        assert_eq!(ExportName::from_padded(&full.to_padded()), Ok(full));
+        let n = name("Az09._-");
+        assert_eq!(n.as_str(), "Az09._-");
+        assert_eq!(std::format!("{n}"), "Az09._-");
+    }
+
+    #[test]
+    fn hello_reply_layout_and_errors() {
+        let b = reply().to_bytes();
+        assert_eq!(&b[0..4], &MAGIC.to_le_bytes());
+        assert_eq!(&b[6..8], &[0, 0]);
+        assert_eq!(&b[8..16], &(1u64 << 21).to_le_bytes());
+        assert_eq!(&b[16..20], &512u32.to_le_bytes());
+        assert_eq!(&b[20..24], &4096u32.to_le_bytes());
+        assert_eq!(&b[24..28], &(1u32 << 20).to_le_bytes());
+        assert_eq!(&b[28..30], &256u16.to_le_bytes());
+        assert_eq!(&b[30..32], &128u16.to_le_bytes());
+        assert_eq!(&b[32..34], &64u16.to_le_bytes());
+        assert_eq!(&b[36..40], &5u32.to_le_bytes());
+        assert_eq!(&b[40..44], &2048u32.to_le_bytes());
+        assert!(b[44..].iter().all(|&c| c == 0));
+        assert_eq!(HelloReply::decode(&b), Ok(reply()));
+
+        assert_eq!(HelloReply::decode(&b[..63]), Err(DecodeError::Short));
+        let mut bad = b;
+        bad[3] = 0;
+        assert_eq!(HelloReply::decode(&bad), Err(DecodeError::BadMagic));
+        let mut bad = b;
+        bad[5] = 1;
+        assert_eq!(HelloReply::decode(&bad), Err(DecodeError::BadVersion));
+        let mut bad = b;
+        bad[6] = 6;
+        assert_eq!(
+            HelloReply::decode(&bad),
+            Err(DecodeError::BadHelloStatus(6))
+        );
+        let r = HelloReply::rejected(HelloStatus::Busy);
+        assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
+    }
+
+    #[test]
+    fn status_enums_round_trip() {
+        for v in 0..=5u16 {
+            assert_eq!(HelloStatus::try_from(v).map(|s| s as u16), Ok(v));
+        }
+        for v in 0..=6u16 {
+            assert_eq!(Status::try_from(v).map(|s| s as u16), Ok(v));
+        }
+        assert_eq!(Status::try_from(7), Err(DecodeError::BadStatus(7)));
+        for v in 1..=6u8 {
+            assert_eq!(Opcode::try_from(v).map(|o| o as u8), Ok(v));
+        }
+        assert_eq!(Opcode::try_from(0), Err(DecodeError::BadOpcode(0)));
+        assert_eq!(Opcode::try_from(7), Err(DecodeError::BadOpcode(7)));
+        for v in 1..=4u8 {
+            assert_eq!(FrameKind::try_from(v).map(|k| k as u8), Ok(v));
+        }
+        assert_eq!(FrameKind::try_from(5), Err(DecodeError::BadKind(5)));
+    }
+
+    #[test]
+    fn request_layout() {
+        let r = Request {
+            opcode: Opcode::Write,
+            flags: req_flags::FUA,
+            credits: 0x0201,
+            tag: 0x0605_0403,
+            sector: 0x0f0e_0d0c_0b0a_0908,
+            length: 0x1000,
+            data_crc: 0x1413_1211,
+            buf: RemoteBuf {
+                addr: 0x2221_201f_1e1d_1c1b,
+                rkey: 0x2625_2423,
+                len: 0x1000,
+            },
+        };
+        let b = r.to_bytes();
+        assert_eq!(b[0], 2);
+        assert_eq!(b[1], 1);
+        assert_eq!(&b[2..4], &[1, 2]);
+        assert_eq!(&b[4..8], &[3, 4, 5, 6]);
+        assert_eq!(&b[8..16], &[8, 9, 10, 11, 12, 13, 14, 15]);
+        assert_eq!(&b[16..20], &[0, 0x10, 0, 0]);
+        assert_eq!(&b[20..24], &[0x11, 0x12, 0x13, 0x14]);
+        assert_eq!(
+            &b[24..32],
+            &[0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x21, 0x22]
+        );
+        assert_eq!(&b[32..36], &[0x23, 0x24, 0x25, 0x26]);
+        assert_eq!(&b[36..40], &[0, 0x10, 0, 0]);
+        assert_eq!(&b[40..48], &[0; 8]);
+        assert_eq!(Request::decode(&b), Ok(r));
+        assert_eq!(Request::decode(&b[..47]), Err(DecodeError::Short));
+        let mut bad = b;
+        bad[0] = 9;
+        assert_eq!(Request::decode(&bad), Err(DecodeError::BadOpcode(9)));
+        let mut reserved = b;
+        reserved[47] = 0xff;
+        assert_eq!(Request::decode(&reserved), Ok(r));
+    }
+
+    #[test]
+    fn response_layout() {
+        let b = response().to_bytes();
+        assert_eq!(&b[0..4], &[0xef, 0xbe, 0xad, 0xde]);
+        assert_eq!(&b[4..6], &[1, 0]);
+        assert_eq!(&b[6..8], &[9, 0]);
+        assert_eq!(&b[8..12], &[0x78, 0x56, 0x34, 0x12]);
+        assert_eq!(&b[12..16], &[0, 0x10, 0, 0]);
+        assert_eq!(&b[16..20], &[0xcd, 0xab, 0, 0]);
+        assert_eq!(&b[20..], &[0; 12]);
+        assert_eq!(Response::decode(&b), Ok(response()));
+        assert_eq!(Response::decode(&b[..31]), Err(DecodeError::Short));
+        let mut bad = b;
+        bad[4] = 0xff;
+        assert_eq!(Response::decode(&bad), Err(DecodeError::BadStatus(0xff)));
+    }
+
+    #[test]
+    fn frame_header_layout() {
+        let h = FrameHeader {
+            kind: FrameKind::Response,
+            flags: 0,
+            data_len: 4096,
+        };
+        let b = h.to_bytes();
+        assert_eq!(b, [0x44, 0x52, 4, 0, 0, 0x10, 0, 0]);
+        assert_eq!(FrameHeader::decode(&b), Ok(h));
+        assert_eq!(h.body_len(), Some(RESPONSE_LEN + 4096));
+        assert_eq!(FrameHeader::decode(&b[..7]), Err(DecodeError::Short));
+        let mut bad = b;
+        bad[1] = 0;
+        assert_eq!(FrameHeader::decode(&bad), Err(DecodeError::BadMagic));
+        let mut bad = b;
+        bad[2] = 0;
+        assert_eq!(FrameHeader::decode(&bad), Err(DecodeError::BadKind(0)));
+        assert_eq!(FrameKind::Hello.message_len(), HELLO_LEN);
+        assert_eq!(FrameKind::HelloReply.message_len(), HELLO_REPLY_LEN);
+        assert_eq!(FrameKind::Request.message_len(), REQUEST_LEN);
+        assert_eq!(FrameKind::Response.message_len(), RESPONSE_LEN);
+    }
+
+    #[test]
+    fn decode_error_display_and_hello_status() {
+        let all = [
+            DecodeError::Short,
+            DecodeError::BadMagic,
+            DecodeError::BadVersion,
+            DecodeError::BadOpcode(9),
+            DecodeError::BadStatus(9),
+            DecodeError::BadHelloStatus(9),
+            DecodeError::BadKind(9),
+            DecodeError::BadExportName,
+        ];
+        let texts: std::vec::Vec<std::string::String> =
+            all.iter().map(|e| std::format!("{e}")).collect();
+        for (i, t) in texts.iter().enumerate() {
+            assert!(!t.is_empty());
+            assert!(texts[..i].iter().all(|o| o != t), "duplicate text {t}");
+        }
+        assert_eq!(texts[3], "unknown opcode 9");
+        assert_eq!(
+            DecodeError::BadVersion.hello_status(),
+            HelloStatus::BadVersion
+        );
+        assert_eq!(
+            DecodeError::BadExportName.hello_status(),
+            HelloStatus::NoSuchExport
+        );
+        assert_eq!(DecodeError::Short.hello_status(), HelloStatus::Invalid);
+        assert_eq!(std::format!("{}", Status::ReadOnly), "read-only");
+    }
+
+    const CAP: u64 = 1000;
+    const MAX_IO: u32 = 64 * 1024;
+
+    #[test]
+    fn validate_accepts_good_requests() {
+        for op in [
+            Opcode::Read,
+            Opcode::Write,
+            Opcode::Discard,
+            Opcode::WriteZeroes,
+        ] {
+            assert_eq!(request(op, 0, 512).validate(CAP, MAX_IO, false), Ok(()));
+            // Ends exactly at the last sector.
+            assert_eq!(
+                request(op, CAP - 8, 4096).validate(CAP, MAX_IO, false),
+                Ok(())
+            );
+            assert_eq!(request(op, 0, MAX_IO).validate(CAP, MAX_IO, false), Ok(()));
+        }
+        for op in [Opcode::Flush, Opcode::Nop] {
+            assert_eq!(request(op, 0, 0).validate(CAP, MAX_IO, false), Ok(()));
+            // Sector and buf are ignored for these.
+            let mut r = request(op, u64::MAX, 0);
+            r.buf.len = 77;
+            assert_eq!(r.validate(CAP, MAX_IO, true), Ok(()));
+        }
+        assert_eq!(
+            request(Opcode::Read, 0, 512).validate(CAP, MAX_IO, true),
+            Ok(())
+        );
+        let mut fua = request(Opcode::Write, 0, 512);
+        fua.flags = req_flags::FUA;
+        assert_eq!(fua.validate(CAP, MAX_IO, false), Ok(()));
+        // Discard carries no buffer; whatever is there is ignored.
+        let mut d = request(Opcode::Discard, 0, 512);
+        d.buf.len = 1;
+        assert_eq!(d.validate(CAP, MAX_IO, false), Ok(()));
+    }
+
+    #[test]
+    fn validate_rejects_each_rule() {
+        let mut r = request(Opcode::Read, 0, 512);
+        r.flags = 0x80;
+        assert_eq!(r.validate(CAP, MAX_IO, false), Err(Status::Invalid));
+
+        for op in [Opcode::Write, Opcode::Discard, Opcode::WriteZeroes] {
+            assert_eq!(
+                request(op, 0, 512).validate(CAP, MAX_IO, true),
+                Err(Status::ReadOnly)
+            );
+        }
+        for op in [Opcode::Flush, Opcode::Nop] {
+            assert_eq!(
+                request(op, 0, 512).validate(CAP, MAX_IO, false),
+                Err(Status::Invalid)
+            );
+        }
+        for op in [
+            Opcode::Read,
+            Opcode::Write,
+            Opcode::Discard,
+            Opcode::WriteZeroes,
+        ] {
+            let v = |r: Request| r.validate(CAP, MAX_IO, false);
+            assert_eq!(v(request(op, 0, 0)), Err(Status::Invalid), "{op:?} zero");
+            assert_eq!(
+                v(request(op, 0, 513)),
+                Err(Status::Invalid),
+                "{op:?} unaligned"
+            );
+            assert_eq!(v(request(op, 0, 100)), Err(Status::Invalid), "{op:?} short");
+            assert_eq!(
+                v(request(op, 0, MAX_IO + 512)),
+                Err(Status::Invalid),
+                "{op:?} too long"
+            );
+            assert_eq!(
+                v(request(op, CAP, 512)),
+                Err(Status::OutOfRange),
+                "{op:?} past end"
+            );
+            assert_eq!(
+                v(request(op, CAP - 7, 4096)),
+                Err(Status::OutOfRange),
+                "{op:?} straddles end"
+            );
+            assert_eq!(
+                v(request(op, u64::MAX, 512)),
+                Err(Status::OutOfRange),
+                "{op:?} overflow"
+            );
+            assert_eq!(
+                request(op, u64::MAX - 1, 4096).validate(u64::MAX, MAX_IO, false),
+                Err(Status::OutOfRange),
+                "{op:?} overflow at max capacity"
+            );
+        }
+        for op in [Opcode::Read, Opcode::Write] {
+            let mut r = request(op, 0, 4096);
+            r.buf.len = 512;
+            assert_eq!(r.validate(CAP, MAX_IO, false), Err(Status::Invalid));
+            r.buf.len = 8192;
+            assert_eq!(r.validate(CAP, MAX_IO, false), Err(Status::Invalid));
+        }
+        // Read-only wins over a malformed length.
+        assert_eq!(
+            request(Opcode::Write, 0, 3).validate(CAP, MAX_IO, true),
+            Err(Status::ReadOnly)
+        );
+        // The last sector of a u64::MAX export is reachable without overflow.
+        assert_eq!(
+            request(Opcode::Read, u64::MAX - 1, 512).validate(u64::MAX, MAX_IO, false),
+            Ok(())
+        );
+    }
+
+    fn arb_name() -> impl Strategy<Value = ExportName> {
+        proptest::collection::vec(
+            prop_oneof![
+                proptest::char::range('a', 'z'),
+                proptest::char::range('A', 'Z'),
+                proptest::char::range('0', '9'),
+                Just('.'),
+                Just('_'),
+                Just('-')
+            ],
+            1..=EXPORT_NAME_MAX,
+        )
+        .prop_map(|cs| {
+            let bytes: std::vec::Vec<u8> = cs.into_iter().map(|c| c as u8).collect();
+            ExportName::new(&bytes).unwrap()
+        })
+    }
+
+    fn arb_opcode() -> impl Strategy<Value = Opcode> {
+        (1u8..=6).prop_map(|v| Opcode::try_from(v).unwrap())
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = Hello::decode(&bytes);
+            let _ = HelloReply::decode(&bytes);
+            let _ = Request::decode(&bytes);
+            let _ = Response::decode(&bytes);
+            let _ = FrameHeader::decode(&bytes);
+        }
+
+        #[test]
+        fn decoded_requests_reencode_canonically(mut bytes in proptest::array::uniform32(any::<u8>()), tail in proptest::array::uniform16(any::<u8>())) {
+            bytes[0] = bytes[0] % 6 + 1;
+            let mut b = [0u8; REQUEST_LEN];
+            b[..32].copy_from_slice(&bytes);
+            b[32..].copy_from_slice(&tail);
+            let r = Request::decode(&b).unwrap();
+            let again = r.to_bytes();
+            prop_assert_eq!(&again[..40], &b[..40]);
+            prop_assert_eq!(Request::decode(&again), Ok(r));
+        }
+
+        #[test]
+        fn hello_round_trips(flags in any::<u16>(), queue_id in any::<u16>(), queue_count in any::<u16>(),
+                             recv_credits in any::<u16>(), session_id in any::<u64>(), export in arb_name()) {
+            let h = Hello { flags, queue_id, queue_count, recv_credits, session_id, export };
+            prop_assert_eq!(Hello::decode(&h.to_bytes()), Ok(h));
+        }
+
+        #[test]
+        fn request_round_trips(opcode in arb_opcode(), flags in any::<u8>(), credits in any::<u16>(), tag in any::<u32>(),
+                               sector in any::<u64>(), length in any::<u32>(), data_crc in any::<u32>(),
+                               addr in any::<u64>(), rkey in any::<u32>(), len in any::<u32>()) {
+            let r = Request { opcode, flags, credits, tag, sector, length, data_crc, buf: RemoteBuf { addr, rkey, len } };
+            prop_assert_eq!(Request::decode(&r.to_bytes()), Ok(r));
+            // validate never panics, and accepts only in-range requests.
+            if r.validate(CAP, MAX_IO, false).is_ok() && opcode.has_data() {
+                prop_assert!(sector + u64::from(length / 512) <= CAP);
+            }
+        }
+
+        #[test]
+        fn response_round_trips(tag in any::<u32>(), status in 0u16..=6, credits in any::<u16>(),
+                                data_crc in any::<u32>(), length in any::<u32>(), rkey in any::<u32>()) {
+            let r = Response { tag, status: Status::try_from(status).unwrap(), credits, data_crc, length, rkey };
+            prop_assert_eq!(Response::decode(&r.to_bytes()), Ok(r));
+        }
+
+        #[test]
+        fn hello_reply_round_trips(status in 0u16..=5, capacity_sectors in any::<u64>(), lbs in any::<u32>(),
+                                   pbs in any::<u32>(), max_io_bytes in any::<u32>(), max_segments in any::<u16>(),
+                                   queue_depth in any::<u16>(), initial_credits in any::<u16>(),
+                                   features in any::<u32>(), max_discard_sectors in any::<u32>()) {
+            let r = HelloReply {
+                status: HelloStatus::try_from(status).unwrap(), capacity_sectors,
+                logical_block_size: lbs, physical_block_size: pbs, max_io_bytes, max_segments,
+                queue_depth, initial_credits, features, max_discard_sectors,
+            };
+            prop_assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
+        }
+
+        #[test]
+        fn frame_header_round_trips(kind in 1u8..=4, flags in any::<u8>(), data_len in any::<u32>()) {
+            let h = FrameHeader { kind: FrameKind::try_from(kind).unwrap(), flags, data_len };
+            prop_assert_eq!(FrameHeader::decode(&h.to_bytes()), Ok(h));
+        }
+    }
+}
