@@ -7,6 +7,7 @@
 //! therefore reach each other through `super::`, never through `crate::`.
 #![no_std]
 
+pub mod crc32c;
 pub mod wire;
 
 #[cfg(test)]
