@@ -8,6 +8,7 @@
 #![no_std]
 
 pub mod crc32c;
+pub mod credits;
 pub mod wire;
 
 #[cfg(test)]
