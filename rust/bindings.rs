@@ -11,6 +11,7 @@
     missing_docs,
     unreachable_pub,
     improper_ctypes,
+    unsafe_op_in_unsafe_fn,
     clippy::all
 )]
 

@@ -30,32 +30,42 @@ impl DevName {
     }
 }
 
+/// How many RDMA devices the driver tracks at once; a host has a handful.
+const MAX_IB_DEVICES: usize = 32;
+
 /// Driver-wide state shared by the control attributes and the RDMA device watcher.
 #[pin_data]
 pub(crate) struct Ctl {
-    /// RDMA devices present now, in the order they appeared.
+    /// RDMA devices present now. A fixed table, so that tracking them never allocates.
     #[pin]
-    ib_devices: Mutex<KVec<DevName>>,
+    ib_devices: Mutex<[Option<DevName>; MAX_IB_DEVICES]>,
 }
 
 impl Ctl {
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(Self {
-            ib_devices <- new_mutex!(KVec::new(), "rdmadisk::ctl::ib_devices"),
+            ib_devices <- new_mutex!([None; MAX_IB_DEVICES], "rdmadisk::ctl::ib_devices"),
         })
     }
 
+    /// Records a new RDMA device; `ENOSPC` when the table is full.
     pub(crate) fn ib_device_added(&self, name: DevName) -> Result {
-        self.ib_devices.lock().push(name, GFP_KERNEL)?;
+        let mut devs = self.ib_devices.lock();
+        let slot = devs.iter_mut().find(|d| d.is_none()).ok_or(ENOSPC)?;
+        *slot = Some(name);
         Ok(())
     }
 
     pub(crate) fn ib_device_removed(&self, name: &DevName) {
-        self.ib_devices.lock().retain(|d| d.as_bytes() != name.as_bytes());
+        for slot in self.ib_devices.lock().iter_mut() {
+            if slot.as_ref().is_some_and(|d| d.as_bytes() == name.as_bytes()) {
+                *slot = None;
+            }
+        }
     }
 
     fn show_ib_devices(&self, out: &mut ShowBuf<'_>) -> Result {
-        for dev in self.ib_devices.lock().iter() {
+        for dev in self.ib_devices.lock().iter().flatten() {
             let name = core::str::from_utf8(dev.as_bytes()).unwrap_or("?");
             writeln!(out, "{name}").map_err(|_| EFBIG)?;
         }

@@ -9,8 +9,10 @@ kdir=$("$REPO/selftests/kernel/build-kernel.sh") || exit 1
 if ! make -s -C "$kdir" M="$HERE/warn" RUSTC=/usr/bin/rustc modules >/dev/null; then
   echo "not ok 1 - build the WARN_ON test module"; echo "1..1"; echo "0 passed, 1 failed"; exit 1
 fi
+export TB_DIR=$REPO/selftests/out/tb.splat-selftest
 out=$("$REPO/selftests/run.sh" "$HERE/trigger-warn.sh" 2>&1); rc=$?
-sed 's/^/#   /' <<<"$out" | grep -v '^#   #   ' | head -n 40
+sed 's/^/#   /' <<<"$out" | head -n 40
+rm -rf "$TB_DIR"
 if [ $rc -ne 0 ] && grep -q '^not ok .* compute: kernel splats in dmesg' <<<"$out" &&
    grep -q '^ok .* trigger-warn: loaded a module that hits WARN_ON' <<<"$out" &&
    grep -q '^ok .* storage: no kernel splat' <<<"$out"; then
