@@ -1,0 +1,201 @@
+//! Transport-independent request handling: admission, the I/O itself, CRC checks, fault
+//! injection, and the HelloReply for an export.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rdmadisk_net::allow::AllowList;
+use rdmadisk_proto::crc32c::crc32c;
+use rdmadisk_proto::wire::{
+    features, req_flags, Hello, HelloReply, HelloStatus, Opcode, Request, Status, SECTOR_SHIFT, SECTOR_SIZE,
+};
+
+use crate::export::Export;
+use crate::stats::Stats;
+
+/// Settings that shape every connection.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_io_bytes: u32,
+    pub queue_depth: u16,
+    /// Receives posted per connection = request credits granted at attach.
+    pub credits: u16,
+    /// Corrupt one byte of read data after computing its CRC on 1 in N reads (0 = never).
+    pub corrupt_read_every: u64,
+    /// Treat 1 in N write CRCs as mismatched (0 = never).
+    pub fail_write_crc_every: u64,
+}
+
+/// State shared by every connection thread.
+pub struct Target {
+    pub exports: HashMap<String, Arc<Export>>,
+    pub allow: AllowList,
+    pub limits: Limits,
+    pub stats: Stats,
+    pub shutdown: AtomicBool,
+    read_seq: AtomicU64,
+    write_seq: AtomicU64,
+}
+
+impl Target {
+    pub fn new(exports: Vec<Export>, allow: AllowList, limits: Limits) -> Target {
+        Target {
+            exports: exports.into_iter().map(|e| (e.name.clone(), Arc::new(e))).collect(),
+            allow,
+            limits,
+            stats: Stats::default(),
+            shutdown: AtomicBool::new(false),
+            read_seq: AtomicU64::new(0),
+            write_seq: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether SIGTERM asked us to stop.
+    pub fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Relaxed)
+    }
+
+    /// Decides on a Hello from `peer`: the export to serve, or the refusal status.
+    pub fn attach(&self, peer: Option<IpAddr>, hello: &Hello) -> Result<Arc<Export>, HelloStatus> {
+        match peer {
+            Some(ip) if self.allow.allows(ip) => {}
+            None if self.allow.is_empty() => {}
+            _ => return Err(HelloStatus::NotAllowed),
+        }
+        if self.stopping() {
+            return Err(HelloStatus::Busy);
+        }
+        if hello.queue_count == 0 || hello.queue_id >= hello.queue_count {
+            return Err(HelloStatus::Invalid);
+        }
+        self.exports.get(hello.export.as_str()).cloned().ok_or(HelloStatus::NoSuchExport)
+    }
+
+    /// The HelloReply for an attached export.
+    pub fn hello_reply(&self, e: &Export) -> HelloReply {
+        let mut f = features::FLUSH | features::FUA | features::DISCARD | features::WRITE_ZEROES;
+        if e.read_only {
+            f |= features::READ_ONLY;
+        }
+        HelloReply {
+            status: HelloStatus::Ok,
+            capacity_sectors: e.capacity_sectors,
+            logical_block_size: e.logical_block_size,
+            physical_block_size: e.physical_block_size,
+            max_io_bytes: self.limits.max_io_bytes,
+            max_segments: 256,
+            queue_depth: self.limits.queue_depth,
+            initial_credits: self.limits.credits,
+            features: f,
+            max_discard_sectors: self.limits.max_io_bytes / SECTOR_SIZE,
+        }
+    }
+
+    /// Counts a request and runs Request::validate. On failure the error status is the response.
+    pub fn admit(&self, e: &Export, req: &Request) -> Result<(), Status> {
+        let s = &self.stats;
+        Stats::inc(&s.requests);
+        Stats::inc(match req.opcode {
+            Opcode::Read => &s.reads,
+            Opcode::Write => &s.writes,
+            Opcode::Flush => &s.flushes,
+            Opcode::Discard => &s.discards,
+            Opcode::WriteZeroes => &s.write_zeroes,
+            Opcode::Nop => &s.nops,
+        });
+        req.validate(e.capacity_sectors, self.limits.max_io_bytes, e.read_only).inspect_err(|_| {
+            Stats::inc(&s.bound_violations);
+        })
+    }
+
+    fn io_status(&self, r: std::io::Result<()>, e: &Export) -> Status {
+        match r {
+            Ok(()) => Status::Ok,
+            Err(err) => {
+                Stats::inc(&self.stats.io_errors);
+                eprintln!("rdmadisk-target: export {}: i/o error: {err}", e.name);
+                Status::IoError
+            }
+        }
+    }
+
+    /// Reads an admitted Read into `buf` (exactly `req.length` bytes). Returns the status and
+    /// the CRC32C of the data *as read*; fault injection may corrupt `buf` afterwards.
+    pub fn read(&self, e: &Export, req: &Request, buf: &mut [u8]) -> (Status, u32) {
+        let off = req.sector << SECTOR_SHIFT;
+        let st = self.io_status(e.read_at(buf, off), e);
+        if st != Status::Ok {
+            return (st, 0);
+        }
+        Stats::add(&self.stats.bytes_read, buf.len() as u64);
+        let crc = crc32c(buf);
+        let every = self.limits.corrupt_read_every;
+        if every > 0 && (self.read_seq.fetch_add(1, Ordering::Relaxed) + 1) % every == 0 {
+            if let Some(b) = buf.first_mut() {
+                *b ^= 0xff;
+            }
+            Stats::inc(&self.stats.injected_read_corruptions);
+        }
+        (st, crc)
+    }
+
+    /// Checks the CRC of an admitted Write's data and writes it. Nothing is written on a
+    /// mismatch.
+    pub fn write(&self, e: &Export, req: &Request, data: &[u8]) -> Status {
+        let every = self.limits.fail_write_crc_every;
+        let injected = every > 0 && (self.write_seq.fetch_add(1, Ordering::Relaxed) + 1) % every == 0;
+        if injected {
+            Stats::inc(&self.stats.injected_write_crc_failures);
+        }
+        if injected || crc32c(data) != req.data_crc {
+            Stats::inc(&self.stats.crc_failures);
+            return Status::CrcMismatch;
+        }
+        let off = req.sector << SECTOR_SHIFT;
+        let st = self.io_status(e.write_at(data, off, req.flags & req_flags::FUA != 0), e);
+        if st == Status::Ok {
+            Stats::add(&self.stats.bytes_written, data.len() as u64);
+        }
+        st
+    }
+
+    /// Runs an admitted request that carries no data.
+    pub fn no_data(&self, e: &Export, req: &Request) -> Status {
+        let off = req.sector << SECTOR_SHIFT;
+        let len = u64::from(req.length);
+        match req.opcode {
+            Opcode::Flush => self.io_status(e.flush(), e),
+            Opcode::Discard => self.io_status(e.discard(off, len), e),
+            Opcode::WriteZeroes => self.io_status(e.write_zeroes(off, len), e),
+            Opcode::Nop => Status::Ok,
+            Opcode::Read | Opcode::Write => Status::Invalid,
+        }
+    }
+
+    /// fsyncs every writable export (at shutdown).
+    pub fn sync_all(&self) {
+        for e in self.exports.values().filter(|e| !e.read_only) {
+            if let Err(err) = e.flush() {
+                eprintln!("rdmadisk-target: export {}: fsync at shutdown failed: {err}", e.name);
+            }
+        }
+    }
+}
+
+/// Active-connection accounting: decrements `connections_active` when dropped.
+pub struct ConnGuard<'a>(&'a Target);
+
+impl<'a> ConnGuard<'a> {
+    pub fn new(t: &'a Target) -> Self {
+        Stats::inc(&t.stats.connections_active);
+        ConnGuard(t)
+    }
+}
+
+impl Drop for ConnGuard<'_> {
+    fn drop(&mut self) {
+        self.0.stats.connections_active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
