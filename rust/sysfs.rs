@@ -78,7 +78,12 @@ pub(crate) struct Attr<T> {
 unsafe impl<T> Sync for Attr<T> {}
 
 impl<T: Send + Sync + 'static> Attr<T> {
-    const fn new(name: &'static CStr, mode: u16, show: Option<ShowFn<T>>, store: Option<StoreFn<T>>) -> Self {
+    const fn new(
+        name: &'static CStr,
+        mode: u16,
+        show: Option<ShowFn<T>>,
+        store: Option<StoreFn<T>>,
+    ) -> Self {
         // SAFETY: All-zero is a valid `device_attribute` (null name and callbacks, no lockdep
         // key: static attributes need none).
         let mut raw: b::device_attribute = unsafe { core::mem::zeroed() };
@@ -230,7 +235,11 @@ impl<T: Send + Sync + 'static> ClassDevice<T> {
                 return Err(kernel::error::from_err_ptr(dev).err().unwrap_or(ENOMEM));
             }
         };
-        Ok(Self { dev, _groups: groups, _data: PhantomData })
+        Ok(Self {
+            dev,
+            _groups: groups,
+            _data: PhantomData,
+        })
     }
 }
 

@@ -58,7 +58,10 @@ impl Ctl {
 
     pub(crate) fn ib_device_removed(&self, name: &DevName) {
         for slot in self.ib_devices.lock().iter_mut() {
-            if slot.as_ref().is_some_and(|d| d.as_bytes() == name.as_bytes()) {
+            if slot
+                .as_ref()
+                .is_some_and(|d| d.as_bytes() == name.as_bytes())
+            {
                 *slot = None;
             }
         }
@@ -73,7 +76,13 @@ impl Ctl {
     }
 
     fn show_version(&self, out: &mut ShowBuf<'_>) -> Result {
-        writeln!(out, "{}", crate::VERSION).map_err(|_| EFBIG)
+        writeln!(
+            out,
+            "{} protocol {}",
+            crate::VERSION,
+            crate::proto::wire::VERSION
+        )
+        .map_err(|_| EFBIG)
     }
 }
 

@@ -14,11 +14,12 @@ use kernel::{c_str, prelude::*, sync::Arc};
 mod kapi;
 
 mod ctl;
+mod proto;
 mod rdma_devices;
 
 use kapi::{ib_client, sysfs};
 
-/// The driver's version, shown in `/sys/class/rdmadisk/ctl/version`.
+/// The driver's version, shown with the wire protocol version in `/sys/class/rdmadisk/ctl/version`.
 pub(crate) const VERSION: &str = "0.1.0";
 
 module! {
@@ -42,12 +43,14 @@ impl kernel::Module for RdmaDisk {
         let ctl = Arc::pin_init(ctl::Ctl::new(), GFP_KERNEL)?;
         let class = sysfs::Class::new(c_str!("rdmadisk"))?;
         let ctl_dev = sysfs::ClassDevice::new(&class, c_str!("ctl"), ctl::ATTRS, ctl.clone())?;
-        let ib = ib_client::Registration::new(
-            c_str!("rdmadisk"),
-            rdma_devices::RdmaDevices::new(ctl),
-        )?;
+        let ib =
+            ib_client::Registration::new(c_str!("rdmadisk"), rdma_devices::RdmaDevices::new(ctl))?;
         pr_info!("loaded\n");
-        Ok(Self { _ib: ib, _ctl_dev: ctl_dev, _class: class })
+        Ok(Self {
+            _ib: ib,
+            _ctl_dev: ctl_dev,
+            _class: class,
+        })
     }
 }
 

@@ -5,7 +5,7 @@ set -e
 for i in \$(seq 20); do
   insmod $ko
   test -d /sys/class/rdmadisk/ctl || { echo 'no /sys/class/rdmadisk/ctl after load' \$i; exit 1; }
-  cat /sys/class/rdmadisk/ctl/version >/dev/null
+  grep -Eqx "[0-9.]+ protocol [0-9]+" /sys/class/rdmadisk/ctl/version
   rmmod rdmadisk
   test ! -e /sys/class/rdmadisk || { echo '/sys/class/rdmadisk left after unload' \$i; exit 1; }
 done
