@@ -21,7 +21,11 @@ pub struct CidrParseError(pub String);
 
 impl fmt::Display for CidrParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bad allow-list entry {:?}: expected an IP address or CIDR block", self.0)
+        write!(
+            f,
+            "bad allow-list entry {:?}: expected an IP address or CIDR block",
+            self.0
+        )
     }
 }
 
@@ -42,18 +46,29 @@ impl Cidr {
     pub fn new(addr: IpAddr, prefix: u8) -> Self {
         let addr = canonical(addr);
         let max = if addr.is_ipv4() { 32 } else { 128 };
-        Cidr { addr, prefix: prefix.min(max) }
+        Cidr {
+            addr,
+            prefix: prefix.min(max),
+        }
     }
 
     /// Whether `ip` lies inside this block.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, canonical(ip)) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(self.prefix))
+                };
                 (u32::from(net) & mask) == (u32::from(ip) & mask)
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(self.prefix))
+                };
                 (u128::from(net) & mask) == (u128::from(ip) & mask)
             }
             _ => false,
@@ -108,7 +123,10 @@ impl AllowList {
 
     /// Parse each entry as an IP address or CIDR block.
     pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Self, CidrParseError> {
-        let entries = entries.iter().map(|e| e.as_ref().parse()).collect::<Result<Vec<Cidr>, _>>()?;
+        let entries = entries
+            .iter()
+            .map(|e| e.as_ref().parse())
+            .collect::<Result<Vec<Cidr>, _>>()?;
         Ok(AllowList { entries })
     }
 
@@ -173,6 +191,9 @@ mod tests {
         assert!(AllowList::parse(&["nope"]).is_err());
         assert!(AllowList::parse(&["10.0.0.1/x"]).is_err());
         assert!("::1/129".parse::<Cidr>().is_err());
-        assert_eq!("10.0.0.9/8".parse::<Cidr>().unwrap().to_string(), "10.0.0.9/8");
+        assert_eq!(
+            "10.0.0.9/8".parse::<Cidr>().unwrap().to_string(),
+            "10.0.0.9/8"
+        );
     }
 }

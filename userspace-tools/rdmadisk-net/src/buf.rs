@@ -20,7 +20,8 @@ impl AlignedBuf {
 
     /// A zeroed buffer of `len` bytes (at least one byte is allocated).
     pub fn new(len: usize) -> Self {
-        let layout = Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer size overflows");
+        let layout =
+            Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer size overflows");
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));

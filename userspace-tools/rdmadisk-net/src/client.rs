@@ -5,7 +5,9 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use rdmadisk_proto::wire::{ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request, Response};
+use rdmadisk_proto::wire::{
+    ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request, Response,
+};
 
 use crate::framing::{self, Frame};
 
@@ -78,8 +80,16 @@ impl TcpClient {
         let stream = match opts.bind {
             None => TcpStream::connect_timeout(&addr, opts.timeout)?,
             Some(ip) => {
-                let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
-                let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+                let domain = if addr.is_ipv4() {
+                    socket2::Domain::IPV4
+                } else {
+                    socket2::Domain::IPV6
+                };
+                let s = socket2::Socket::new(
+                    domain,
+                    socket2::Type::STREAM,
+                    Some(socket2::Protocol::TCP),
+                )?;
                 s.bind(&SocketAddr::new(ip, 0).into())?;
                 s.connect_timeout(&addr.into(), opts.timeout)?;
                 s.into()
@@ -87,7 +97,8 @@ impl TcpClient {
         };
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(opts.timeout))?;
-        let export = ExportName::new(opts.export.as_bytes()).map_err(|e| ConnectError::Protocol(e.to_string()))?;
+        let export = ExportName::new(opts.export.as_bytes())
+            .map_err(|e| ConnectError::Protocol(e.to_string()))?;
         let hello = Hello {
             flags: 0,
             queue_id: opts.queue_id,
@@ -96,7 +107,10 @@ impl TcpClient {
             session_id: opts.session_id,
             export,
         };
-        let mut c = TcpClient { stream, reply: HelloReply::rejected(HelloStatus::Invalid) };
+        let mut c = TcpClient {
+            stream,
+            reply: HelloReply::rejected(HelloStatus::Invalid),
+        };
         framing::write_hello(&mut c.stream, &hello)?;
         match framing::read_frame(&mut c.stream, 0) {
             Ok(Frame::HelloReply(r)) if r.status == HelloStatus::Ok => {
@@ -105,7 +119,9 @@ impl TcpClient {
                 Ok(c)
             }
             Ok(Frame::HelloReply(r)) => Err(ConnectError::Refused(r.status)),
-            Ok(f) => Err(ConnectError::Protocol(format!("expected HelloReply, got {f:?}"))),
+            Ok(f) => Err(ConnectError::Protocol(format!(
+                "expected HelloReply, got {f:?}"
+            ))),
             Err(framing::FrameError::Io(e)) => Err(ConnectError::Io(e)),
             Err(e) => Err(ConnectError::Protocol(e.to_string())),
         }
@@ -134,19 +150,31 @@ impl TcpClient {
                 framing::read_full(&mut self.stream, &mut buf[..n])?;
                 Ok((r, n))
             }
-            f => Err(io::Error::new(io::ErrorKind::InvalidData, format!("expected Response, got {f:?}"))),
+            f => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("expected Response, got {f:?}"),
+            )),
         }
     }
 
     /// Sends one request and waits for its response.
-    pub fn call(&mut self, req: &Request, data: &[u8], buf: &mut [u8]) -> io::Result<(Response, usize)> {
+    pub fn call(
+        &mut self,
+        req: &Request,
+        data: &[u8],
+        buf: &mut [u8],
+    ) -> io::Result<(Response, usize)> {
         self.send(req, data)?;
         self.recv(buf)
     }
 
     /// Convenience: a request with the CRC of `data` filled in for writes, 1 credit granted.
     pub fn request(opcode: Opcode, tag: u32, sector: u64, length: u32, data: &[u8]) -> Request {
-        let data_crc = if opcode == Opcode::Write { rdmadisk_proto::crc32c::crc32c(data) } else { 0 };
+        let data_crc = if opcode == Opcode::Write {
+            rdmadisk_proto::crc32c::crc32c(data)
+        } else {
+            0
+        };
         let len = if opcode.has_data() { length } else { 0 };
         Request {
             opcode,
@@ -156,7 +184,11 @@ impl TcpClient {
             sector,
             length,
             data_crc,
-            buf: RemoteBuf { addr: 0, rkey: 0, len },
+            buf: RemoteBuf {
+                addr: 0,
+                rkey: 0,
+                len,
+            },
         }
     }
 
@@ -167,7 +199,10 @@ impl TcpClient {
         let closed = match self.stream.read(&mut b) {
             Ok(0) => true,
             Ok(_) => false,
-            Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut),
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
         };
         let _ = self.stream.set_read_timeout(None);
         closed

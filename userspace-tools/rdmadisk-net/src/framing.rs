@@ -86,7 +86,10 @@ pub fn read_frame_or_idle<R: Read>(r: &mut R, max_data: u32) -> Result<Option<Fr
 }
 
 fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// `read_exact` that retries socket read timeouts (the frame has started; finish it).
@@ -103,14 +106,24 @@ pub fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-fn finish_frame<R: Read>(r: &mut R, hdr: &[u8; FRAME_HEADER_LEN], max_data: u32) -> Result<Frame, FrameError> {
+fn finish_frame<R: Read>(
+    r: &mut R,
+    hdr: &[u8; FRAME_HEADER_LEN],
+    max_data: u32,
+) -> Result<Frame, FrameError> {
     let h = FrameHeader::decode(hdr)?;
     if h.flags != 0 {
-        return Err(FrameError::Malformed(format!("unknown frame flags {:#x}", h.flags)));
+        return Err(FrameError::Malformed(format!(
+            "unknown frame flags {:#x}",
+            h.flags
+        )));
     }
     let allowed_data = matches!(h.kind, FrameKind::Request | FrameKind::Response);
     if h.data_len > 0 && (!allowed_data || h.data_len > max_data) {
-        return Err(FrameError::Malformed(format!("{:?} frame with {} data bytes", h.kind, h.data_len)));
+        return Err(FrameError::Malformed(format!(
+            "{:?} frame with {} data bytes",
+            h.kind, h.data_len
+        )));
     }
     Ok(match h.kind {
         FrameKind::Hello => {
@@ -137,10 +150,17 @@ fn finish_frame<R: Read>(r: &mut R, hdr: &[u8; FRAME_HEADER_LEN], max_data: u32)
 }
 
 fn write_parts<W: Write>(w: &mut W, kind: FrameKind, msg: &[u8], data: &[u8]) -> io::Result<()> {
-    let data_len = u32::try_from(data.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data too long"))?;
-    let hdr = FrameHeader { kind, flags: 0, data_len }.to_bytes();
+    let data_len = u32::try_from(data.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data too long"))?;
+    let hdr = FrameHeader {
+        kind,
+        flags: 0,
+        data_len,
+    }
+    .to_bytes();
     // Header and message in one write keeps small frames in one segment.
-    let mut head = Vec::with_capacity(hdr.len() + msg.len() + if data.len() <= 4096 { data.len() } else { 0 });
+    let mut head =
+        Vec::with_capacity(hdr.len() + msg.len() + if data.len() <= 4096 { data.len() } else { 0 });
     head.extend_from_slice(&hdr);
     head.extend_from_slice(msg);
     if data.len() <= 4096 {
@@ -187,7 +207,11 @@ mod tests {
             sector: 8,
             length: 512,
             data_crc: 0,
-            buf: RemoteBuf { addr: 0, rkey: 0, len: 512 },
+            buf: RemoteBuf {
+                addr: 0,
+                rkey: 0,
+                len: 512,
+            },
         }
     }
 
@@ -195,7 +219,14 @@ mod tests {
     fn round_trip() {
         let mut v = Vec::new();
         write_request(&mut v, &req(), &[0xab; 512]).unwrap();
-        let resp = Response { tag: 7, status: Status::Ok, credits: 1, data_crc: 3, length: 0, rkey: 0 };
+        let resp = Response {
+            tag: 7,
+            status: Status::Ok,
+            credits: 1,
+            data_crc: 3,
+            length: 0,
+            rkey: 0,
+        };
         write_response(&mut v, &resp, &[]).unwrap();
         let mut r = &v[..];
         match read_frame(&mut r, 4096).unwrap() {
@@ -214,13 +245,29 @@ mod tests {
     #[test]
     fn rejects_garbage_and_oversize() {
         let mut r = &b"GARBAGE!GARBAGE!"[..];
-        assert!(matches!(read_frame(&mut r, 4096), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            read_frame(&mut r, 4096),
+            Err(FrameError::Malformed(_))
+        ));
         let mut v = Vec::new();
         write_request(&mut v, &req(), &[0u8; 8192]).unwrap();
-        assert!(matches!(read_frame(&mut &v[..], 4096), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            read_frame(&mut &v[..], 4096),
+            Err(FrameError::Malformed(_))
+        ));
         let mut v = Vec::new();
-        write_hello_reply(&mut v, &HelloReply::rejected(rdmadisk_proto::wire::HelloStatus::Busy)).unwrap();
-        assert!(matches!(read_frame(&mut &v[..], 0), Ok(Frame::HelloReply(_))));
-        assert!(matches!(read_frame(&mut &v[..8], 0), Err(FrameError::Io(_))));
+        write_hello_reply(
+            &mut v,
+            &HelloReply::rejected(rdmadisk_proto::wire::HelloStatus::Busy),
+        )
+        .unwrap();
+        assert!(matches!(
+            read_frame(&mut &v[..], 0),
+            Ok(Frame::HelloReply(_))
+        ));
+        assert!(matches!(
+            read_frame(&mut &v[..8], 0),
+            Err(FrameError::Io(_))
+        ));
     }
 }

@@ -74,7 +74,9 @@ impl EventChannel {
     pub fn new() -> io::Result<Arc<EventChannel>> {
         // SAFETY: plain constructor call; the result is checked for NULL.
         let raw = unsafe { sys::rdma_create_event_channel() };
-        NonNull::new(raw).map(|raw| Arc::new(EventChannel { raw })).ok_or_else(last_err)
+        NonNull::new(raw)
+            .map(|raw| Arc::new(EventChannel { raw }))
+            .ok_or_else(last_err)
     }
 
     /// The channel's file descriptor (readable when an event is pending).
@@ -91,7 +93,9 @@ impl EventChannel {
         let mut ev: *mut sys::rdma_cm_event = ptr::null_mut();
         // SAFETY: raw is live; ev is a valid out-pointer.
         check(unsafe { sys::rdma_get_cm_event(self.raw.as_ptr(), &mut ev) })?;
-        NonNull::new(ev).map(|raw| Some(CmEvent { raw, taken: false })).ok_or_else(last_err)
+        NonNull::new(ev)
+            .map(|raw| Some(CmEvent { raw, taken: false }))
+            .ok_or_else(last_err)
     }
 }
 
@@ -104,7 +108,11 @@ impl Drop for EventChannel {
 
 /// Waits for `fd` to become readable. `Ok(false)` on timeout.
 pub fn poll_fd(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
     loop {
         // SAFETY: pfd is a valid pollfd array of length 1.
@@ -189,7 +197,10 @@ impl CmEvent {
             if conn.private_data.is_null() || conn.private_data_len == 0 {
                 return &[];
             }
-            std::slice::from_raw_parts(conn.private_data as *const u8, usize::from(conn.private_data_len))
+            std::slice::from_raw_parts(
+                conn.private_data as *const u8,
+                usize::from(conn.private_data_len),
+            )
         }
     }
 
@@ -207,7 +218,11 @@ impl CmEvent {
         }
         let raw = NonNull::new(self.ev().id)?;
         self.taken = true;
-        Some(CmId { raw, channel: channel.clone(), qp: None })
+        Some(CmId {
+            raw,
+            channel: channel.clone(),
+            qp: None,
+        })
     }
 }
 
@@ -226,7 +241,9 @@ fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_in fits in sockaddr_storage, which is suitably aligned.
@@ -238,7 +255,9 @@ fn to_sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: sockaddr_in6 fits in sockaddr_storage, which is suitably aligned.
@@ -257,7 +276,10 @@ unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
             libc::AF_INET => {
                 let sin = &*(sa as *const libc::sockaddr_in);
                 let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    ip,
+                    u16::from_be(sin.sin_port),
+                )))
             }
             libc::AF_INET6 => {
                 let sin6 = &*(sa as *const libc::sockaddr_in6);
@@ -294,7 +316,11 @@ impl ConnParams<'_> {
         let len = u8::try_from(self.private_data.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "private data too long"))?;
         Ok(sys::rdma_conn_param {
-            private_data: if len == 0 { ptr::null() } else { self.private_data.as_ptr() as *const c_void },
+            private_data: if len == 0 {
+                ptr::null()
+            } else {
+                self.private_data.as_ptr() as *const c_void
+            },
             private_data_len: len,
             responder_resources: self.responder_resources,
             initiator_depth: self.initiator_depth,
@@ -343,10 +369,19 @@ impl CmId {
         let mut raw: *mut sys::rdma_cm_id = ptr::null_mut();
         // SAFETY: channel is live; raw is a valid out-pointer.
         check(unsafe {
-            sys::rdma_create_id(channel.raw.as_ptr(), &mut raw, ptr::null_mut(), sys::rdma_port_space::RDMA_PS_TCP)
+            sys::rdma_create_id(
+                channel.raw.as_ptr(),
+                &mut raw,
+                ptr::null_mut(),
+                sys::rdma_port_space::RDMA_PS_TCP,
+            )
         })?;
         let raw = NonNull::new(raw).ok_or_else(last_err)?;
-        Ok(CmId { raw, channel: channel.clone(), qp: None })
+        Ok(CmId {
+            raw,
+            channel: channel.clone(),
+            qp: None,
+        })
     }
 
     /// The id's address, for matching events with [`CmEvent::raw_id`].
@@ -358,7 +393,9 @@ impl CmId {
     pub fn bind(&self, addr: SocketAddr) -> io::Result<()> {
         let (mut ss, _) = to_sockaddr(addr);
         // SAFETY: raw is live; ss is a valid sockaddr for the call's duration.
-        check(unsafe { sys::rdma_bind_addr(self.raw.as_ptr(), &mut ss as *mut _ as *mut libc::sockaddr) })
+        check(unsafe {
+            sys::rdma_bind_addr(self.raw.as_ptr(), &mut ss as *mut _ as *mut libc::sockaddr)
+        })
     }
 
     /// Starts listening.
@@ -368,10 +405,17 @@ impl CmId {
     }
 
     /// Starts address resolution (completes with an AddrResolved event).
-    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr, timeout: Duration) -> io::Result<()> {
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> io::Result<()> {
         let (mut d, _) = to_sockaddr(dst);
         let mut s = src.map(|s| to_sockaddr(s).0);
-        let sp = s.as_mut().map_or(ptr::null_mut(), |s| s as *mut _ as *mut libc::sockaddr);
+        let sp = s
+            .as_mut()
+            .map_or(ptr::null_mut(), |s| s as *mut _ as *mut libc::sockaddr);
         // SAFETY: raw is live; the sockaddrs are valid for the call's duration.
         check(unsafe {
             sys::rdma_resolve_addr(
@@ -386,7 +430,12 @@ impl CmId {
     /// Starts route resolution (completes with a RouteResolved event).
     pub fn resolve_route(&self, timeout: Duration) -> io::Result<()> {
         // SAFETY: raw is live.
-        check(unsafe { sys::rdma_resolve_route(self.raw.as_ptr(), timeout.as_millis().min(i32::MAX as u128) as i32) })
+        check(unsafe {
+            sys::rdma_resolve_route(
+                self.raw.as_ptr(),
+                timeout.as_millis().min(i32::MAX as u128) as i32,
+            )
+        })
     }
 
     /// The peer's address, once known.
@@ -406,17 +455,31 @@ impl CmId {
         // SAFETY: raw is live; verbs is either NULL or a context owned by librdmacm for its life.
         let ctx = unsafe { (*self.raw.as_ptr()).verbs };
         if ctx.is_null() {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "rdma_cm id has no device yet"));
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "rdma_cm id has no device yet",
+            ));
         }
         // SAFETY: ctx is a live device context.
         let pd = unsafe { sys::ibv_alloc_pd(ctx) };
-        NonNull::new(pd).map(|raw| Arc::new(Pd { raw, ctx })).ok_or_else(last_err)
+        NonNull::new(pd)
+            .map(|raw| Arc::new(Pd { raw, ctx }))
+            .ok_or_else(last_err)
     }
 
     /// Creates the RC QP of this connection (rdma_cm moves it through its states).
-    pub fn create_qp(&mut self, pd: &Arc<Pd>, send_cq: &Arc<Cq>, recv_cq: &Arc<Cq>, caps: QpCaps) -> io::Result<()> {
+    pub fn create_qp(
+        &mut self,
+        pd: &Arc<Pd>,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        caps: QpCaps,
+    ) -> io::Result<()> {
         if self.qp.is_some() {
-            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "QP already created"));
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "QP already created",
+            ));
         }
         let mut attr = sys::ibv_qp_init_attr {
             qp_context: ptr::null_mut(),
@@ -438,7 +501,12 @@ impl CmId {
         // SAFETY: on success librdmacm stored the new QP in the id.
         let qp = unsafe { (*self.raw.as_ptr()).qp };
         let raw = NonNull::new(qp).ok_or_else(last_err)?;
-        self.qp = Some(QpOwned { raw, _pd: pd.clone(), _send_cq: send_cq.clone(), _recv_cq: recv_cq.clone() });
+        self.qp = Some(QpOwned {
+            raw,
+            _pd: pd.clone(),
+            _send_cq: send_cq.clone(),
+            _recv_cq: recv_cq.clone(),
+        });
         Ok(())
     }
 
@@ -468,7 +536,13 @@ impl CmId {
         let len = u8::try_from(private_data.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "private data too long"))?;
         // SAFETY: raw is live; the data is valid for the call (librdmacm copies it).
-        check(unsafe { sys::rdma_reject(self.raw.as_ptr(), private_data.as_ptr() as *const c_void, len) })
+        check(unsafe {
+            sys::rdma_reject(
+                self.raw.as_ptr(),
+                private_data.as_ptr() as *const c_void,
+                len,
+            )
+        })
     }
 
     /// Starts a disconnect (both sides get a Disconnected event).
@@ -481,7 +555,12 @@ impl CmId {
     pub fn post_recv(&self, wr_id: u64, mr: &Mr, off: usize, len: usize) -> io::Result<()> {
         let qp = self.qp()?;
         let mut sge = mr.sge(off, len)?;
-        let mut wr = sys::ibv_recv_wr { wr_id, next: ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
         let mut bad: *mut sys::ibv_recv_wr = ptr::null_mut();
         // SAFETY: qp is live; wr/sge are valid for the call; the sge lies inside a registered MR.
         check(unsafe { sys::ibv_post_recv(qp, &mut wr, &mut bad) })
@@ -497,7 +576,11 @@ impl CmId {
         for w in wrs {
             sges.push(match w.local {
                 Some((mr, off, len)) => mr.sge(off, len)?,
-                None => sys::ibv_sge { addr: 0, length: 0, lkey: 0 },
+                None => sys::ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0,
+                },
             });
         }
         let mut raw: Vec<sys::ibv_send_wr> = Vec::with_capacity(wrs.len());
@@ -505,7 +588,11 @@ impl CmId {
             // SAFETY: ibv_send_wr is plain old data (pointers, integers, unions of those).
             let mut r: sys::ibv_send_wr = unsafe { mem::zeroed() };
             r.wr_id = w.wr_id;
-            r.send_flags = if w.signaled { sys::ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+            r.send_flags = if w.signaled {
+                sys::ibv_send_flags::IBV_SEND_SIGNALED.0
+            } else {
+                0
+            };
             if w.local.is_some() {
                 r.sg_list = &mut sges[i];
                 r.num_sge = 1;
@@ -524,9 +611,19 @@ impl CmId {
                     r.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
                     r.wr.rdma = sys::rdma_t { remote_addr, rkey };
                 }
-                SendOp::BindMw { mw, new_rkey, mr, off, len, access } => {
+                SendOp::BindMw {
+                    mw,
+                    new_rkey,
+                    mr,
+                    off,
+                    len,
+                    access,
+                } => {
                     if off.checked_add(len).is_none_or(|end| end > mr.len()) {
-                        return Err(io::Error::new(io::ErrorKind::InvalidInput, "MW bind outside its MR"));
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "MW bind outside its MR",
+                        ));
                     }
                     r.opcode = sys::ibv_wr_opcode::IBV_WR_BIND_MW;
                     r.bind_mw_tso_union.bind_mw = sys::bind_mw_t {
@@ -640,9 +737,20 @@ impl Mr {
         let mut buf = AlignedBuf::new(len);
         // SAFETY: pd is live; buf is a valid allocation of len bytes that the Mr owns and frees
         // only after deregistration (Drop order: raw deregistered first, then buf).
-        let raw = unsafe { sys::ibv_reg_mr(pd.raw.as_ptr(), buf.as_mut_ptr() as *mut c_void, len, access.0 as i32) };
+        let raw = unsafe {
+            sys::ibv_reg_mr(
+                pd.raw.as_ptr(),
+                buf.as_mut_ptr() as *mut c_void,
+                len,
+                access.0 as i32,
+            )
+        };
         let raw = NonNull::new(raw).ok_or_else(last_err)?;
-        Ok(Mr { raw, buf, _pd: pd.clone() })
+        Ok(Mr {
+            raw,
+            buf,
+            _pd: pd.clone(),
+        })
     }
 
     /// Local key.
@@ -674,10 +782,15 @@ impl Mr {
 
     fn sge(&self, off: usize, len: usize) -> io::Result<sys::ibv_sge> {
         match off.checked_add(len) {
-            Some(end) if end <= self.len() && len <= u32::MAX as usize => {
-                Ok(sys::ibv_sge { addr: self.addr() + off as u64, length: len as u32, lkey: self.lkey() })
-            }
-            _ => Err(io::Error::new(io::ErrorKind::InvalidInput, "SGE outside its MR")),
+            Some(end) if end <= self.len() && len <= u32::MAX as usize => Ok(sys::ibv_sge {
+                addr: self.addr() + off as u64,
+                length: len as u32,
+                lkey: self.lkey(),
+            }),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "SGE outside its MR",
+            )),
         }
     }
 }
@@ -723,7 +836,11 @@ impl Mw {
         let raw = NonNull::new(raw).ok_or_else(last_err)?;
         // SAFETY: raw is live.
         let rkey = unsafe { (*raw.as_ptr()).rkey };
-        Ok(Mw { raw, rkey, _pd: pd.clone() })
+        Ok(Mw {
+            raw,
+            rkey,
+            _pd: pd.clone(),
+        })
     }
 
     /// The rkey of the last bind (or the initial one).
@@ -757,7 +874,14 @@ pub enum SendOp<'a> {
     /// Write the local buffer into remote memory.
     RdmaWrite { remote_addr: u64, rkey: u32 },
     /// Bind a type-2 MW to `len` bytes at `off` of `mr` with `access`, under `new_rkey`.
-    BindMw { mw: &'a Mw, new_rkey: u32, mr: &'a Mr, off: usize, len: usize, access: Access },
+    BindMw {
+        mw: &'a Mw,
+        new_rkey: u32,
+        mr: &'a Mr,
+        off: usize,
+        len: usize,
+        access: Access,
+    },
 }
 
 /// One send-queue work request.
@@ -784,7 +908,9 @@ impl CompChannel {
     pub fn new(pd: &Pd) -> io::Result<Arc<CompChannel>> {
         // SAFETY: ctx is live.
         let raw = unsafe { sys::ibv_create_comp_channel(pd.ctx) };
-        NonNull::new(raw).map(|raw| Arc::new(CompChannel { raw })).ok_or_else(last_err)
+        NonNull::new(raw)
+            .map(|raw| Arc::new(CompChannel { raw }))
+            .ok_or_else(last_err)
     }
 
     fn fd(&self) -> RawFd {
@@ -840,7 +966,9 @@ pub fn wc_status_str(status: u32) -> String {
         return format!("status {status}");
     }
     // SAFETY: p is a NUL-terminated static string.
-    unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// `IBV_WC_WR_FLUSH_ERR`: work flushed because the QP went to the error state.
@@ -875,7 +1003,11 @@ impl Cq {
         // SAFETY: ctx and channel are live.
         let raw = unsafe { sys::ibv_create_cq(pd.ctx, entries as i32, ptr::null_mut(), ch, 0) };
         let raw = NonNull::new(raw).ok_or_else(last_err)?;
-        Ok(Arc::new(Cq { raw, channel: channel.cloned(), unacked: 0.into() }))
+        Ok(Arc::new(Cq {
+            raw,
+            channel: channel.cloned(),
+            unacked: 0.into(),
+        }))
     }
 
     /// Polls up to `out.len()` completions without blocking.
@@ -930,7 +1062,10 @@ impl Cq {
             let mut ctx: *mut c_void = ptr::null_mut();
             // SAFETY: the channel is live and readable; out-pointers are valid.
             check(unsafe { sys::ibv_get_cq_event(ch.raw.as_ptr(), &mut cq, &mut ctx) })?;
-            let n = self.unacked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let n = self
+                .unacked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
             if n >= 64 {
                 self.unacked.store(0, std::sync::atomic::Ordering::Relaxed);
                 // SAFETY: acking events obtained from this CQ's channel.

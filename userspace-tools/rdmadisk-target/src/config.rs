@@ -9,14 +9,18 @@ use serde::Deserialize;
 /// rdmadisk storage target: serves block exports to rdmadisk clients over RDMA (rdma_cm, RC
 /// queue pairs) and TCP.
 #[derive(Parser, Debug, Default)]
-#[command(version, about, after_help = "\
+#[command(
+    version,
+    about,
+    after_help = "\
 EXAMPLES:
   rdmadisk-target --export disk0=/var/lib/rdmadisk/disk0.img --allow 192.0.2.0/24
   rdmadisk-target --config /etc/rdmadisk/target.toml --stats-file /run/rdmadisk.stats
 
 TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], max_io_bytes,
 queue_depth, credits, direct, stats_file, corrupt_read_every, fail_write_crc_every, and
-[[export]] tables with name, path, read_only.")]
+[[export]] tables with name, path, read_only."
+)]
 pub struct Args {
     /// TOML configuration file.
     #[arg(long, short = 'c')]
@@ -118,11 +122,17 @@ pub struct Config {
 }
 
 fn parse_export(s: &str, read_only: bool) -> Result<ExportConf, String> {
-    let (name, path) = s.split_once('=').ok_or_else(|| format!("--export {s:?}: expected NAME=PATH"))?;
+    let (name, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--export {s:?}: expected NAME=PATH"))?;
     if name.is_empty() || path.is_empty() {
         return Err(format!("--export {s:?}: expected NAME=PATH"));
     }
-    Ok(ExportConf { name: name.to_string(), path: PathBuf::from(path), read_only })
+    Ok(ExportConf {
+        name: name.to_string(),
+        path: PathBuf::from(path),
+        read_only,
+    })
 }
 
 impl Config {
@@ -130,7 +140,8 @@ impl Config {
     pub fn load(args: &Args) -> Result<Config, String> {
         let file: FileConf = match &args.config {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let text =
+                    std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
                 toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
             }
             None => FileConf::default(),
@@ -149,21 +160,40 @@ impl Config {
         let no_rdma = args.no_rdma || file.no_rdma.unwrap_or(false);
         let no_tcp = args.no_tcp || file.no_tcp.unwrap_or(false);
         let c = Config {
-            listen: args.listen.or(file.listen).unwrap_or(IpAddr::from([0, 0, 0, 0])),
-            rdma_port: if no_rdma { None } else { Some(args.rdma_port.or(file.rdma_port).unwrap_or(7700)) },
-            tcp_port: if no_tcp { None } else { Some(args.tcp_port.or(file.tcp_port).unwrap_or(7701)) },
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            rdma_port: if no_rdma {
+                None
+            } else {
+                Some(args.rdma_port.or(file.rdma_port).unwrap_or(7700))
+            },
+            tcp_port: if no_tcp {
+                None
+            } else {
+                Some(args.tcp_port.or(file.tcp_port).unwrap_or(7701))
+            },
             allow,
             max_io_bytes,
             queue_depth: args.queue_depth.or(file.queue_depth).unwrap_or(credits),
             credits,
             direct: !args.no_direct && file.direct.unwrap_or(true),
             stats_file: args.stats_file.clone().or(file.stats_file),
-            corrupt_read_every: args.corrupt_read_every.or(file.corrupt_read_every).unwrap_or(0),
-            fail_write_crc_every: args.fail_write_crc_every.or(file.fail_write_crc_every).unwrap_or(0),
+            corrupt_read_every: args
+                .corrupt_read_every
+                .or(file.corrupt_read_every)
+                .unwrap_or(0),
+            fail_write_crc_every: args
+                .fail_write_crc_every
+                .or(file.fail_write_crc_every)
+                .unwrap_or(0),
             exports,
         };
         if c.exports.is_empty() {
-            return Err("no exports: give --export NAME=PATH or [[export]] in the config file".into());
+            return Err(
+                "no exports: give --export NAME=PATH or [[export]] in the config file".into(),
+            );
         }
         let mut names: Vec<&str> = c.exports.iter().map(|e| e.name.as_str()).collect();
         names.sort_unstable();
@@ -171,8 +201,12 @@ impl Config {
             return Err("duplicate export name".into());
         }
         for e in &c.exports {
-            rdmadisk_proto::wire::ExportName::new(e.name.as_bytes())
-                .map_err(|_| format!("export name {:?}: 1-32 characters of [A-Za-z0-9._-]", e.name))?;
+            rdmadisk_proto::wire::ExportName::new(e.name.as_bytes()).map_err(|_| {
+                format!(
+                    "export name {:?}: 1-32 characters of [A-Za-z0-9._-]",
+                    e.name
+                )
+            })?;
         }
         if c.credits == 0 || c.credits > 4096 {
             return Err("credits must be 1..=4096".into());
@@ -224,7 +258,10 @@ read_only = true
         assert_eq!(c.queue_depth, 4);
         assert_eq!(c.tcp_port, Some(9000));
         assert_eq!(c.rdma_port, Some(7700));
-        assert_eq!(c.allow, vec!["10.0.0.0/8".to_string(), "127.0.0.2".to_string()]);
+        assert_eq!(
+            c.allow,
+            vec!["10.0.0.0/8".to_string(), "127.0.0.2".to_string()]
+        );
         assert_eq!(c.exports.len(), 3);
         assert!(c.exports[1].read_only);
         assert_eq!(c.max_io_bytes, 1 << 20);
@@ -233,11 +270,20 @@ read_only = true
     #[test]
     fn rejects_bad_config() {
         assert!(Config::load(&Args::default()).is_err());
-        let a = Args { exports: vec!["noequals".into()], ..Args::default() };
+        let a = Args {
+            exports: vec!["noequals".into()],
+            ..Args::default()
+        };
         assert!(Config::load(&a).is_err());
-        let a = Args { exports: vec!["x=/a".into(), "x=/b".into()], ..Args::default() };
+        let a = Args {
+            exports: vec!["x=/a".into(), "x=/b".into()],
+            ..Args::default()
+        };
         assert!(Config::load(&a).is_err());
-        let a = Args { exports: vec!["bad name=/a".into()], ..Args::default() };
+        let a = Args {
+            exports: vec!["bad name=/a".into()],
+            ..Args::default()
+        };
         assert!(Config::load(&a).is_err());
     }
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use rdmadisk_net::allow::AllowList;
 use rdmadisk_proto::crc32c::crc32c;
 use rdmadisk_proto::wire::{
-    features, req_flags, Hello, HelloReply, HelloStatus, Opcode, Request, Status, SECTOR_SHIFT, SECTOR_SIZE,
+    features, req_flags, Hello, HelloReply, HelloStatus, Opcode, Request, Status, SECTOR_SHIFT,
+    SECTOR_SIZE,
 };
 
 use crate::export::Export;
@@ -42,7 +43,10 @@ pub struct Target {
 impl Target {
     pub fn new(exports: Vec<Export>, allow: AllowList, limits: Limits) -> Target {
         Target {
-            exports: exports.into_iter().map(|e| (e.name.clone(), Arc::new(e))).collect(),
+            exports: exports
+                .into_iter()
+                .map(|e| (e.name.clone(), Arc::new(e)))
+                .collect(),
             allow,
             limits,
             stats: Stats::default(),
@@ -70,7 +74,10 @@ impl Target {
         if hello.queue_count == 0 || hello.queue_id >= hello.queue_count {
             return Err(HelloStatus::Invalid);
         }
-        self.exports.get(hello.export.as_str()).cloned().ok_or(HelloStatus::NoSuchExport)
+        self.exports
+            .get(hello.export.as_str())
+            .cloned()
+            .ok_or(HelloStatus::NoSuchExport)
     }
 
     /// The HelloReply for an attached export.
@@ -105,9 +112,10 @@ impl Target {
             Opcode::WriteZeroes => &s.write_zeroes,
             Opcode::Nop => &s.nops,
         });
-        req.validate(e.capacity_sectors, self.limits.max_io_bytes, e.read_only).inspect_err(|_| {
-            Stats::inc(&s.bound_violations);
-        })
+        req.validate(e.capacity_sectors, self.limits.max_io_bytes, e.read_only)
+            .inspect_err(|_| {
+                Stats::inc(&s.bound_violations);
+            })
     }
 
     fn io_status(&self, r: std::io::Result<()>, e: &Export) -> Status {
@@ -145,7 +153,8 @@ impl Target {
     /// mismatch.
     pub fn write(&self, e: &Export, req: &Request, data: &[u8]) -> Status {
         let every = self.limits.fail_write_crc_every;
-        let injected = every > 0 && (self.write_seq.fetch_add(1, Ordering::Relaxed) + 1) % every == 0;
+        let injected =
+            every > 0 && (self.write_seq.fetch_add(1, Ordering::Relaxed) + 1) % every == 0;
         if injected {
             Stats::inc(&self.stats.injected_write_crc_failures);
         }
@@ -178,7 +187,10 @@ impl Target {
     pub fn sync_all(&self) {
         for e in self.exports.values().filter(|e| !e.read_only) {
             if let Err(err) = e.flush() {
-                eprintln!("rdmadisk-target: export {}: fsync at shutdown failed: {err}", e.name);
+                eprintln!(
+                    "rdmadisk-target: export {}: fsync at shutdown failed: {err}",
+                    e.name
+                );
             }
         }
     }
@@ -196,6 +208,9 @@ impl<'a> ConnGuard<'a> {
 
 impl Drop for ConnGuard<'_> {
     fn drop(&mut self) {
-        self.0.stats.connections_active.fetch_sub(1, Ordering::Relaxed);
+        self.0
+            .stats
+            .connections_active
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }

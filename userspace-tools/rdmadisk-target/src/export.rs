@@ -54,7 +54,11 @@ impl Export {
         let mut file = OpenOptions::new().read(true).write(!read_only).open(path)?;
         let meta = file.metadata()?;
         let is_blk = meta.file_type().is_block_device();
-        let size = if is_blk { file.seek(SeekFrom::End(0))? } else { meta.len() };
+        let size = if is_blk {
+            file.seek(SeekFrom::End(0))?
+        } else {
+            meta.len()
+        };
         let (lbs, pbs) = if is_blk {
             let l = sysfs_block_size(meta.rdev(), "logical_block_size").unwrap_or(SECTOR_SIZE);
             let p = sysfs_block_size(meta.rdev(), "physical_block_size").unwrap_or(l);
@@ -63,7 +67,12 @@ impl Export {
             (SECTOR_SIZE, 4096)
         };
         let direct = if use_direct {
-            match OpenOptions::new().read(true).write(!read_only).custom_flags(libc::O_DIRECT).open(path) {
+            match OpenOptions::new()
+                .read(true)
+                .write(!read_only)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+            {
                 Ok(f) => Some(f),
                 Err(e) => {
                     eprintln!("rdmadisk-target: export {name}: O_DIRECT unavailable on {} ({e}); using buffered I/O", path.display());
@@ -109,7 +118,10 @@ impl Export {
     /// Reads `buf.len()` bytes at byte offset `off`. `buf` must come from an AlignedBuf-backed
     /// region for O_DIRECT; any slice works for buffered I/O.
     pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        if let Some(f) = self.direct_for(off, buf.len()).filter(|_| aligned(buf.as_ptr())) {
+        if let Some(f) = self
+            .direct_for(off, buf.len())
+            .filter(|_| aligned(buf.as_ptr()))
+        {
             match f.read_exact_at(buf, off) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.disable_direct(&e),
@@ -122,7 +134,10 @@ impl Export {
     /// Writes `buf` at byte offset `off`; with `fua`, the data is durable on return.
     pub fn write_at(&self, buf: &[u8], off: u64, fua: bool) -> io::Result<()> {
         let mut done = false;
-        if let Some(f) = self.direct_for(off, buf.len()).filter(|_| aligned(buf.as_ptr())) {
+        if let Some(f) = self
+            .direct_for(off, buf.len())
+            .filter(|_| aligned(buf.as_ptr()))
+        {
             match f.write_all_at(buf, off) {
                 Ok(()) => done = true,
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.disable_direct(&e),
@@ -146,7 +161,12 @@ impl Export {
     /// Discards a range: punches a hole (reads back as zeroes), or writes zeroes where the
     /// backing cannot punch.
     pub fn discard(&self, off: u64, len: u64) -> io::Result<()> {
-        match fallocate(&self.file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, len) {
+        match fallocate(
+            &self.file,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            len,
+        ) {
             Ok(()) => Ok(()),
             Err(e) if unsupported(&e) => self.write_zeroes_slow(off, len),
             Err(e) => Err(e),
@@ -155,7 +175,12 @@ impl Export {
 
     /// Zeroes a range: FALLOC_FL_ZERO_RANGE, else a hole, else written zeroes.
     pub fn write_zeroes(&self, off: u64, len: u64) -> io::Result<()> {
-        match fallocate(&self.file, libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, off, len) {
+        match fallocate(
+            &self.file,
+            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            len,
+        ) {
             Ok(()) => Ok(()),
             Err(e) if unsupported(&e) => self.discard(off, len),
             Err(e) => Err(e),
@@ -179,7 +204,10 @@ fn aligned(p: *const u8) -> bool {
 }
 
 fn unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)
+    )
 }
 
 #[cfg(test)]

@@ -65,7 +65,11 @@ fn run(cfg: Config) -> Result<(), String> {
             x.name,
             x.path.display(),
             x.capacity_sectors,
-            if x.read_only { "read-only" } else { "read-write" },
+            if x.read_only {
+                "read-only"
+            } else {
+                "read-write"
+            },
             if x.is_direct() { ", O_DIRECT" } else { "" }
         ));
         exports.push(x);
@@ -122,13 +126,17 @@ fn run(cfg: Config) -> Result<(), String> {
                             .map_err(|e| e.to_string())?,
                     );
                 }
-                Err(e) if cfg.tcp_port.is_some() => say(&format!("rdma unavailable on {addr} ({e}); serving TCP only")),
+                Err(e) if cfg.tcp_port.is_some() => say(&format!(
+                    "rdma unavailable on {addr} ({e}); serving TCP only"
+                )),
                 Err(e) => return Err(format!("rdma: cannot listen on {addr}: {e}")),
             }
         }
         #[cfg(not(feature = "rdma"))]
         {
-            say(&format!("built without RDMA support; ignoring rdma port {port}"));
+            say(&format!(
+                "built without RDMA support; ignoring rdma port {port}"
+            ));
             if cfg.tcp_port.is_none() {
                 return Err("no transport to serve".into());
             }

@@ -18,10 +18,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdmadisk_net::rdma::{
-    self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, QpCaps, SendOp, SendWr,
+    self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, QpCaps, SendOp,
+    SendWr,
 };
 use rdmadisk_proto::credits::CreditSender;
-use rdmadisk_proto::wire::{Hello, HelloReply, HelloStatus, Opcode, Request, Response, Status, RESPONSE_LEN};
+use rdmadisk_proto::wire::{
+    Hello, HelloReply, HelloStatus, Opcode, Request, Response, Status, RESPONSE_LEN,
+};
 
 use crate::engine::{ConnGuard, Target};
 use crate::export::Export;
@@ -96,14 +99,19 @@ impl Listener {
             };
             match ev.kind() {
                 CmEventKind::ConnectRequest => {
-                    let Some(id) = ev.take_request_id(&self.ch) else { continue };
+                    let Some(id) = ev.take_request_id(&self.ch) else {
+                        continue;
+                    };
                     let private = ev.private_data().to_vec();
                     drop(ev); // ack before anything can destroy the new id
                     match setup(&t, id, &private) {
                         Ok(conn) => {
                             let shared = conn.shared.clone();
                             let key = conn.id.raw_id();
-                            conns.lock().unwrap_or_else(|p| p.into_inner()).insert(key, shared);
+                            conns
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(key, shared);
                             let map = conns.clone();
                             let tt = t.clone();
                             let name = format!("rdma-{}", conn.peer);
@@ -112,7 +120,9 @@ impl Listener {
                                 map.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
                             }) {
                                 Ok(h) => threads.push(h),
-                                Err(e) => eprintln!("rdmadisk-target: rdma: cannot start a connection thread: {e}"),
+                                Err(e) => eprintln!(
+                                    "rdmadisk-target: rdma: cannot start a connection thread: {e}"
+                                ),
                             }
                         }
                         Err(()) => Stats::inc(&t.stats.refused),
@@ -125,7 +135,10 @@ impl Listener {
                     }
                 }
                 CmEventKind::Established | CmEventKind::TimewaitExit => {}
-                k => eprintln!("rdmadisk-target: rdma: cm event {k:?} (status {})", ev.status()),
+                k => eprintln!(
+                    "rdmadisk-target: rdma: cm event {k:?} (status {})",
+                    ev.status()
+                ),
             }
         }
         drop(self.id);
@@ -145,7 +158,12 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
     let hello = match Hello::decode(private) {
         Ok(h) => h,
         Err(e) => {
-            refuse(&id, &peer, e.hello_status(), &format!("bad Hello in connect private data ({e})"));
+            refuse(
+                &id,
+                &peer,
+                e.hello_status(),
+                &format!("bad Hello in connect private data ({e})"),
+            );
             return Err(());
         }
     };
@@ -173,7 +191,13 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
             &pd,
             &cq,
             &cq,
-            QpCaps { max_send_wr: send_wr, max_recv_wr: credits as u32, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            QpCaps {
+                max_send_wr: send_wr,
+                max_recv_wr: credits as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
         )?;
         let recv_mr = Mr::new(&pd, credits * SLOT, Access::LOCAL_WRITE)?;
         let send_mr = Mr::new(&pd, credits * SLOT, Access::LOCAL_WRITE)?;
@@ -221,7 +245,9 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
         resp_credits: CreditSender::new(hello.recv_credits),
         read_done: None,
         broken: None,
-        shared: Arc::new(Shared { disconnected: AtomicBool::new(false) }),
+        shared: Arc::new(Shared {
+            disconnected: AtomicBool::new(false),
+        }),
     })
 }
 
@@ -273,7 +299,10 @@ impl Conn {
         }
         match &self.broken {
             Some(why) => {
-                eprintln!("rdmadisk-target: rdma: {}: {why}; resetting this connection", self.peer);
+                eprintln!(
+                    "rdmadisk-target: rdma: {}: {why}; resetting this connection",
+                    self.peer
+                );
                 Stats::inc(&t.stats.resets);
             }
             None => eprintln!("rdmadisk-target: rdma: {} disconnected", self.peer),
@@ -297,7 +326,8 @@ impl Conn {
                     self.read_done = Some(Err(()));
                 }
                 if wc.status == rdma::WC_WR_FLUSH_ERR {
-                    self.broken.get_or_insert_with(|| "queue pair flushed".into());
+                    self.broken
+                        .get_or_insert_with(|| "queue pair flushed".into());
                 } else {
                     Stats::inc(&t.stats.rdma_errors);
                     let what = match kind {
@@ -305,7 +335,8 @@ impl Conn {
                         K_READ => "RDMA Read",
                         _ => "RDMA Write/Send",
                     };
-                    self.broken.get_or_insert(format!("{what} failed: {}", wc.status_str()));
+                    self.broken
+                        .get_or_insert(format!("{what} failed: {}", wc.status_str()));
                 }
                 continue;
             }
@@ -319,11 +350,15 @@ impl Conn {
                             self.resp_credits.grant(req.credits);
                             self.pending.push_back(req);
                             if let Err(e) = self.id.post_recv(wc.wr_id, &self.recv_mr, off, SLOT) {
-                                self.broken.get_or_insert(format!("cannot repost a receive: {e}"));
+                                self.broken
+                                    .get_or_insert(format!("cannot repost a receive: {e}"));
                             }
                         }
                         Err(e) => {
-                            self.broken.get_or_insert(format!("malformed message ({e}, {} bytes)", wc.byte_len));
+                            self.broken.get_or_insert(format!(
+                                "malformed message ({e}, {} bytes)",
+                                wc.byte_len
+                            ));
                         }
                     }
                 }
@@ -358,7 +393,9 @@ impl Conn {
         let n = req.length as usize;
         match req.opcode {
             Opcode::Read => {
-                let Some(b) = self.acquire_data_buf(t) else { return };
+                let Some(b) = self.acquire_data_buf(t) else {
+                    return;
+                };
                 let off = b * self.max_io;
                 let (st, crc) = t.read(&export, &req, &mut self.data_mr[off..off + n]);
                 if st == Status::Ok {
@@ -369,17 +406,23 @@ impl Conn {
                 }
             }
             Opcode::Write => {
-                let Some(b) = self.acquire_data_buf(t) else { return };
+                let Some(b) = self.acquire_data_buf(t) else {
+                    return;
+                };
                 let off = b * self.max_io;
                 self.read_done = None;
                 let wr = SendWr {
                     wr_id: wr_id(K_READ, Some(b), 0),
-                    op: SendOp::RdmaRead { remote_addr: req.buf.addr, rkey: req.buf.rkey },
+                    op: SendOp::RdmaRead {
+                        remote_addr: req.buf.addr,
+                        rkey: req.buf.rkey,
+                    },
                     local: Some((&self.data_mr, off, n)),
                     signaled: true,
                 };
                 if let Err(e) = self.id.post_send(&[wr]) {
-                    self.broken.get_or_insert(format!("cannot post an RDMA Read: {e}"));
+                    self.broken
+                        .get_or_insert(format!("cannot post an RDMA Read: {e}"));
                     return;
                 }
                 Stats::inc(&t.stats.rdma_reads);
@@ -402,7 +445,14 @@ impl Conn {
     }
 
     /// Posts the response (after the RDMA Write of `data_buf`, for reads).
-    fn respond(&mut self, t: &Target, req: &Request, status: Status, crc: u32, data_buf: Option<usize>) {
+    fn respond(
+        &mut self,
+        t: &Target,
+        req: &Request,
+        status: Status,
+        crc: u32,
+        data_buf: Option<usize>,
+    ) {
         let mut waited = false;
         while !self.resp_credits.try_consume() {
             if !waited {
@@ -420,7 +470,9 @@ impl Conn {
             }
             self.drive(t, Some(TICK));
         }
-        let Some(slot) = self.send_free.pop() else { return };
+        let Some(slot) = self.send_free.pop() else {
+            return;
+        };
         let resp = Response {
             tag: req.tag,
             status,
@@ -431,7 +483,11 @@ impl Conn {
         };
         let off = slot * SLOT;
         self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(&resp.to_bytes());
-        let op = if req.buf.rkey != 0 { SendOp::SendInv { rkey: req.buf.rkey } } else { SendOp::Send };
+        let op = if req.buf.rkey != 0 {
+            SendOp::SendInv { rkey: req.buf.rkey }
+        } else {
+            SendOp::Send
+        };
         let send = SendWr {
             wr_id: wr_id(K_SEND, data_buf, slot),
             op,
@@ -443,7 +499,10 @@ impl Conn {
             Some(b) => {
                 let write = SendWr {
                     wr_id: 0,
-                    op: SendOp::RdmaWrite { remote_addr: req.buf.addr, rkey: req.buf.rkey },
+                    op: SendOp::RdmaWrite {
+                        remote_addr: req.buf.addr,
+                        rkey: req.buf.rkey,
+                    },
                     local: Some((&self.data_mr, b * self.max_io, n)),
                     signaled: false,
                 };
@@ -456,13 +515,18 @@ impl Conn {
             if let Some(b) = data_buf {
                 self.data_free.push(b);
             }
-            self.broken.get_or_insert(format!("cannot post a response: {e}"));
+            self.broken
+                .get_or_insert(format!("cannot post a response: {e}"));
             return;
         }
         if data_buf.is_some() {
             Stats::inc(&t.stats.rdma_writes);
             Stats::add(&t.stats.rdma_write_bytes, n as u64);
         }
-        Stats::inc(if req.buf.rkey != 0 { &t.stats.send_with_inv } else { &t.stats.plain_sends });
+        Stats::inc(if req.buf.rkey != 0 {
+            &t.stats.send_with_inv
+        } else {
+            &t.stats.plain_sends
+        });
     }
 }

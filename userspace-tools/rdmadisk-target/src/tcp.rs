@@ -35,11 +35,15 @@ pub fn serve(target: Arc<Target>, listener: TcpListener) -> Vec<thread::JoinHand
                     .spawn(move || connection(&t, stream, peer));
                 match h {
                     Ok(h) => threads.push(h),
-                    Err(e) => eprintln!("rdmadisk-target: tcp: cannot start a thread for {peer}: {e}"),
+                    Err(e) => {
+                        eprintln!("rdmadisk-target: tcp: cannot start a thread for {peer}: {e}")
+                    }
                 }
                 threads.retain(|h| !h.is_finished());
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(50)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(50))
+            }
             Err(e) => {
                 eprintln!("rdmadisk-target: tcp: accept failed: {e}");
                 thread::sleep(TICK);
@@ -71,7 +75,8 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
             Err(FrameError::Malformed(m)) => {
                 eprintln!("rdmadisk-target: tcp {peer}: bad Hello ({m}); refusing");
                 Stats::inc(&t.stats.refused);
-                let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(HelloStatus::Invalid));
+                let _ =
+                    framing::write_hello_reply(&mut s, &HelloReply::rejected(HelloStatus::Invalid));
                 return;
             }
             Err(FrameError::Io(_)) => return,
@@ -84,7 +89,10 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
             if st == HelloStatus::NotAllowed {
                 eprintln!("rdmadisk-target: tcp: refused connection from {peer}: address not on the allow-list");
             } else {
-                eprintln!("rdmadisk-target: tcp: refused connection from {peer} for export {:?}: {st:?}", hello.export.as_str());
+                eprintln!(
+                    "rdmadisk-target: tcp: refused connection from {peer} for export {:?}: {st:?}",
+                    hello.export.as_str()
+                );
             }
             let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(st));
             return;
@@ -115,12 +123,18 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
         let (req, data_len) = match frame {
             Frame::Request(r, n) => (r, n),
             other => {
-                eprintln!("rdmadisk-target: tcp {peer}: unexpected {other:?}; resetting this connection");
+                eprintln!(
+                    "rdmadisk-target: tcp {peer}: unexpected {other:?}; resetting this connection"
+                );
                 Stats::inc(&t.stats.resets);
                 break;
             }
         };
-        let expect = if req.opcode == Opcode::Write { req.length } else { 0 };
+        let expect = if req.opcode == Opcode::Write {
+            req.length
+        } else {
+            0
+        };
         if data_len != expect {
             eprintln!(
                 "rdmadisk-target: tcp {peer}: {:?} tag {} carries {data_len} data bytes, expected {expect}; resetting",
