@@ -647,7 +647,17 @@ impl CmId {
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
         // SAFETY: qp is live; the chain, its sges and the MR/MW handles are valid for the call;
         // every sge and bind range was bounds-checked against its MR above.
-        check(unsafe { sys::ibv_post_send(qp, raw.as_mut_ptr(), &mut bad) })
+        check(unsafe { sys::ibv_post_send(qp, raw.as_mut_ptr(), &mut bad) })?;
+        for w in wrs {
+            if let SendOp::BindMw { mw, new_rkey, .. } = w.op {
+                // The provider names the window by `ibv_mw.rkey` (the kernel checks it against
+                // the window's current key), so after a bind it must carry the new key.
+                // SAFETY: the ibv_mw struct is owned by libibverbs and live while `mw` is; only
+                // this thread posts binds of this window, and nothing in Rust aliases the field.
+                unsafe { (*mw.raw.as_ptr()).rkey = new_rkey };
+            }
+        }
+        Ok(())
     }
 }
 

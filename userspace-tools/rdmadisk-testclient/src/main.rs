@@ -1,1 +1,293 @@
-fn main() {}
+//! rdmadisk-testclient: drives an rdmadisk target over TCP or RDMA with verified random I/O,
+//! before (and independently of) the kernel client.
+
+#[cfg(feature = "rdma")]
+mod rdma_transport;
+mod transport;
+mod workload;
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use rdmadisk_net::client::{ConnectError, ConnectOptions};
+
+use transport::Transport;
+use workload::{Params, Report};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Kind {
+    Tcp,
+    Rdma,
+}
+
+/// Verified random I/O against an rdmadisk target.
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about,
+    after_help = "\
+EXAMPLES:
+  rdmadisk-testclient --transport rdma --target 192.0.2.2:7700 --export disk0 --count 1000
+  rdmadisk-testclient --transport tcp --target 127.0.0.1:7701 --export disk0 --negative
+  rdmadisk-testclient --transport tcp --target 127.0.0.1:7701 --export disk0 --expect-refused not-allowed
+
+Prints counters, the transport's checks and a final 'RESULT: N passed, N failed' line; exits 1
+on any failure."
+)]
+struct Args {
+    /// Transport.
+    #[arg(long, value_enum, default_value = "tcp")]
+    transport: Kind,
+    /// Target HOST:PORT (the rdma_cm port for rdma, the TCP port for tcp).
+    #[arg(long)]
+    target: String,
+    /// Export name.
+    #[arg(long, default_value = "disk0")]
+    export: String,
+    /// Local address to connect from.
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// Number of I/Os.
+    #[arg(long, default_value_t = 1000)]
+    count: u64,
+    /// Requests in flight (also bounded by the target's credits).
+    #[arg(long, default_value_t = 8)]
+    queue_depth: usize,
+    /// Smallest I/O in bytes (multiple of 4096).
+    #[arg(long, default_value_t = 4096)]
+    min_size: u32,
+    /// Largest I/O in bytes (multiple of 4096).
+    #[arg(long, default_value_t = 1 << 20)]
+    max_size: u32,
+    /// Percentage of reads among reads and writes.
+    #[arg(long, default_value_t = 50)]
+    read_pct: u32,
+    /// Use only the first N MiB of the export.
+    #[arg(long, default_value_t = 32)]
+    span_mib: u64,
+    /// Every Nth I/O is a flush (0 = never).
+    #[arg(long, default_value_t = 50)]
+    flush_every: u64,
+    /// Every Nth I/O is a discard (0 = never).
+    #[arg(long, default_value_t = 97)]
+    discard_every: u64,
+    /// Every Nth I/O is a write-zeroes (0 = never).
+    #[arg(long, default_value_t = 89)]
+    write_zeroes_every: u64,
+    /// Every Nth I/O, if a write, carries FUA (0 = never).
+    #[arg(long, default_value_t = 10)]
+    fua_every: u64,
+    /// PRNG seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Receives posted for responses (Hello.recv_credits).
+    #[arg(long, default_value_t = 32)]
+    recv_credits: u16,
+    /// Seconds to wait for a connection or a response.
+    #[arg(long, default_value_t = 60)]
+    timeout_secs: u64,
+    /// After the workload, check that bad requests get error statuses on a live connection.
+    #[arg(long)]
+    negative: bool,
+    /// RDMA only, at the end: ask the target to RDMA-Write to an already invalidated rkey; it
+    /// must be refused (this deliberately breaks the connection).
+    #[arg(long)]
+    probe_dead_rkey: bool,
+    /// Expect the target to refuse the connection with this status; exit 0 only if it does.
+    #[arg(long, value_name = "STATUS", value_parser = ["not-allowed", "no-such-export", "busy", "invalid", "bad-version"])]
+    expect_refused: Option<String>,
+    /// Print every request.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let addr: SocketAddr = match a.target.to_socket_addrs().ok().and_then(|mut i| i.next()) {
+        Some(x) => x,
+        None => {
+            eprintln!("rdmadisk-testclient: cannot resolve {:?}", a.target);
+            return ExitCode::from(2);
+        }
+    };
+    let timeout = Duration::from_secs(a.timeout_secs);
+    let slots = a.queue_depth.max(1);
+    let max_io = a.max_size as usize;
+    println!(
+        "rdmadisk-testclient: {:?} to {addr}, export {}, {} I/Os, queue depth {slots}, sizes {}..{} bytes",
+        a.transport, a.export, a.count, a.min_size, a.max_size
+    );
+    match a.transport {
+        Kind::Tcp => {
+            let opts = ConnectOptions {
+                recv_credits: a.recv_credits,
+                bind: a.bind,
+                timeout,
+                ..ConnectOptions::new(&a.export)
+            };
+            let c = transport::Tcp::connect(addr, &opts, slots, max_io);
+            finish(&a, c, |_| Ok(None))
+        }
+        #[cfg(not(feature = "rdma"))]
+        Kind::Rdma => {
+            eprintln!("rdmadisk-testclient: built without RDMA support");
+            ExitCode::from(2)
+        }
+        #[cfg(feature = "rdma")]
+        Kind::Rdma => {
+            let opts = rdma_transport::RdmaOptions {
+                export: a.export.clone(),
+                slots,
+                max_io,
+                recv_credits: a.recv_credits,
+                bind: a.bind,
+                timeout,
+            };
+            let c = rdma_transport::Rdma::connect(addr, &opts);
+            let probe = a.probe_dead_rkey;
+            finish(&a, c, move |t: &mut rdma_transport::Rdma| {
+                let r = if probe {
+                    Some(t.probe_dead_rkey(0xdead_0001))
+                } else {
+                    None
+                };
+                if r.is_none() {
+                    t.close();
+                }
+                Ok(r)
+            })
+        }
+    }
+}
+
+fn refused_name(e: &ConnectError) -> Option<&'static str> {
+    use rdmadisk_proto::wire::HelloStatus as H;
+    match e {
+        ConnectError::Refused(H::NotAllowed) => Some("not-allowed"),
+        ConnectError::Refused(H::NoSuchExport) => Some("no-such-export"),
+        ConnectError::Refused(H::Busy) => Some("busy"),
+        ConnectError::Refused(H::Invalid) => Some("invalid"),
+        ConnectError::Refused(H::BadVersion) => Some("bad-version"),
+        _ => None,
+    }
+}
+
+fn finish<T: Transport, F>(a: &Args, conn: Result<T, ConnectError>, after: F) -> ExitCode
+where
+    F: FnOnce(&mut T) -> std::io::Result<Option<Result<String, String>>>,
+{
+    let mut t = match (conn, &a.expect_refused) {
+        (Err(e), Some(want)) => {
+            let got = refused_name(&e);
+            return if got == Some(want.as_str()) {
+                println!("ok - connection refused as expected: {e}");
+                println!("RESULT: 1 passed, 0 failed");
+                ExitCode::SUCCESS
+            } else {
+                println!("not ok - expected refusal {want}, got: {e}");
+                println!("RESULT: 0 passed, 1 failed");
+                ExitCode::FAILURE
+            };
+        }
+        (Err(e), None) => {
+            eprintln!("rdmadisk-testclient: cannot attach: {e}");
+            println!("RESULT: 0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
+        (Ok(_), Some(want)) => {
+            println!("not ok - expected refusal {want}, but the target accepted the connection");
+            println!("RESULT: 0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
+        (Ok(t), None) => t,
+    };
+    let hr = *t.reply();
+    println!(
+        "attached: capacity {} sectors, max_io {} bytes, queue_depth {}, initial_credits {}, features {:#x}",
+        hr.capacity_sectors, hr.max_io_bytes, hr.queue_depth, hr.initial_credits, hr.features
+    );
+    let p = Params {
+        count: a.count,
+        queue_depth: a.queue_depth.max(1),
+        read_pct: a.read_pct.min(100),
+        min_size: a.min_size.max(4096) / 4096 * 4096,
+        max_size: a.max_size.max(4096) / 4096 * 4096,
+        span_bytes: a.span_mib << 20,
+        flush_every: a.flush_every,
+        discard_every: a.discard_every,
+        zeroes_every: a.write_zeroes_every,
+        fua_every: a.fua_every,
+        seed: a.seed,
+        verbose: a.verbose,
+    };
+    let mut failed_extra = 0u64;
+    let mut report = match workload::run(&mut t, &p) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("not ok - workload aborted: {e}");
+            failed_extra += 1;
+            Report::default()
+        }
+    };
+    if a.negative && failed_extra == 0 {
+        if let Err(e) = workload::negative(&mut t, &mut report, 0x4e45_0000) {
+            println!("not ok - negative tests aborted: {e}");
+            failed_extra += 1;
+        }
+    }
+    let r = &report;
+    println!(
+        "ops: reads={} writes={} flushes={} discards={} write_zeroes={}",
+        r.reads, r.writes, r.flushes, r.discards, r.write_zeroes
+    );
+    println!(
+        "bytes: read={} written={} in {:.1} s ({:.2} MB/s)",
+        r.bytes_read,
+        r.bytes_written,
+        r.seconds,
+        (r.bytes_read + r.bytes_written) as f64 / r.seconds.max(1e-9) / 1e6
+    );
+    println!(
+        "verify: reads_verified={} sectors_compared={} data_mismatches={} read_crc_mismatches={} status_errors={}",
+        r.reads_verified, r.sectors_compared, r.data_mismatches, r.read_crc_mismatches, r.status_errors
+    );
+    let (high, initial) = t.credit_report();
+    let exceeded = high > u32::from(initial);
+    println!(
+        "credits: initial={initial} max_in_flight={high} exceeded={}",
+        if exceeded { "yes" } else { "no" }
+    );
+    if exceeded {
+        failed_extra += 1;
+    }
+    for (name, v, is_failure) in t.checks() {
+        println!("check: {name}={v}");
+        if is_failure && v > 0 {
+            failed_extra += 1;
+        }
+    }
+    match after(&mut t) {
+        Ok(Some(Ok(msg))) => {
+            println!("ok - dead rkey probe: {msg}");
+            report.passed += 1;
+        }
+        Ok(Some(Err(msg))) => {
+            println!("not ok - dead rkey probe: {msg}");
+            failed_extra += 1;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            println!("not ok - {e}");
+            failed_extra += 1;
+        }
+    }
+    let failed = report.failed + failed_extra;
+    println!("RESULT: {} passed, {} failed", report.passed, failed);
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,509 @@
+//! The RDMA transport: rdma_cm connect with the Hello as private data, one RC QP, one type-2
+//! memory window per slot.
+//!
+//! Userspace has no fast-registration MRs, and rxe only honours Send-with-Invalidate for FRWR
+//! MRs and type-2 windows, so each data request binds its slot's window (Bind-MW work request
+//! chained before the Send) over the slot's buffer with exactly the access the target needs:
+//! REMOTE_READ for a write, REMOTE_WRITE for a read. The MR itself grants no remote access.
+//!
+//! Checks made here:
+//! - every response to a request with an rkey arrives with IBV_WC_WITH_INV and
+//!   `invalidated_rkey` equal to that request's rkey (requests without data carry rkey 0 and must
+//!   arrive as a plain Send);
+//! - every rebind of a window succeeds. A type-2 window can be bound only in the Free state
+//!   (IBA o10-37.2.30, enforced by rxe), which it re-enters only when invalidated, so each
+//!   successful rebind proves the previous rkey was invalidated;
+//! - optionally (`probe_dead_rkey`), the target is asked to RDMA-Write to an rkey already
+//!   invalidated; the access must be refused (the connection then fails, by design).
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdmadisk_net::client::ConnectError;
+use rdmadisk_net::rdma::{
+    self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Mw, QpCaps,
+    SendOp, SendWr,
+};
+use rdmadisk_proto::credits::{CreditReceiver, CreditSender};
+use rdmadisk_proto::wire::{
+    ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request, Response, REQUEST_LEN,
+};
+
+use crate::transport::{Done, Transport};
+
+const SLOT: usize = 64;
+const K_RECV: u64 = 1;
+const K_SEND: u64 = 2;
+const K_BIND: u64 = 3;
+
+/// Connection options.
+pub struct RdmaOptions {
+    pub export: String,
+    pub slots: usize,
+    pub max_io: usize,
+    pub recv_credits: u16,
+    pub bind: Option<IpAddr>,
+    pub timeout: Duration,
+}
+
+struct Inflight {
+    slot: usize,
+    rkey: u32,
+}
+
+/// Field order is drop order: the QP (in `id`) first, then windows and MRs.
+pub struct Rdma {
+    id: CmId,
+    ch: Arc<EventChannel>,
+    mws: Vec<Mw>,
+    bound_before: Vec<bool>,
+    cq: Arc<Cq>,
+    _comp: Arc<CompChannel>,
+    recv_mr: Mr,
+    send_mr: Mr,
+    data_mr: Mr,
+    max_io: usize,
+    slots: usize,
+    reply: HelloReply,
+    sender: CreditSender,
+    receiver: CreditReceiver,
+    inflight: HashMap<u32, Inflight>,
+    ready: VecDeque<Done>,
+    timeout: Duration,
+    // Checks.
+    inv_ok: u64,
+    inv_missing: u64,
+    inv_wrong_rkey: u64,
+    plain_ok: u64,
+    plain_unexpected_inv: u64,
+    rkey_echo_mismatches: u64,
+    binds: u64,
+    rebinds_after_invalidation: u64,
+    credit_violations: u64,
+    last_invalidated: Option<(usize, u32)>,
+}
+
+fn wait_event(ch: &EventChannel, timeout: Duration) -> io::Result<rdma::CmEvent> {
+    ch.next_event(Some(timeout))?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "timed out waiting for an rdma_cm event",
+        )
+    })
+}
+
+fn expect(ev: &rdma::CmEvent, want: CmEventKind, what: &str) -> io::Result<()> {
+    if ev.kind() == want {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{what}: got rdma_cm event {:?} (status {})",
+            ev.kind(),
+            ev.status()
+        )))
+    }
+}
+
+impl Rdma {
+    pub fn connect(addr: SocketAddr, o: &RdmaOptions) -> Result<Rdma, ConnectError> {
+        let ch = EventChannel::new()?;
+        let mut id = CmId::new(&ch)?;
+        id.resolve_addr(o.bind.map(|ip| SocketAddr::new(ip, 0)), addr, o.timeout)?;
+        expect(
+            &wait_event(&ch, o.timeout)?,
+            CmEventKind::AddrResolved,
+            "resolving the target's address",
+        )?;
+        id.resolve_route(o.timeout)?;
+        expect(
+            &wait_event(&ch, o.timeout)?,
+            CmEventKind::RouteResolved,
+            "resolving the route",
+        )?;
+
+        let pd = id.alloc_pd()?;
+        let comp = CompChannel::new(&pd)?;
+        let r = usize::from(o.recv_credits);
+        let send_wr = (o.slots * 4 + 16) as u32;
+        let cq = Cq::new(&pd, send_wr + r as u32 + 16, Some(&comp))?;
+        id.create_qp(
+            &pd,
+            &cq,
+            &cq,
+            QpCaps {
+                max_send_wr: send_wr,
+                max_recv_wr: r as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        )?;
+        let recv_mr = Mr::new(&pd, r * SLOT, Access::LOCAL_WRITE)?;
+        let mut receiver = CreditReceiver::with_cap(u32::from(o.recv_credits));
+        for s in 0..r {
+            id.post_recv((K_RECV << 56) | s as u64, &recv_mr, s * SLOT, SLOT)?;
+            receiver.on_recv_posted();
+        }
+        let export = ExportName::new(o.export.as_bytes())
+            .map_err(|e| ConnectError::Protocol(e.to_string()))?;
+        let hello = Hello {
+            flags: 0,
+            queue_id: 0,
+            queue_count: 1,
+            recv_credits: receiver.take_grant(),
+            session_id: std::process::id() as u64,
+            export,
+        };
+        id.connect(&ConnParams {
+            private_data: &hello.to_bytes(),
+            responder_resources: 0xff,
+            initiator_depth: 0xff,
+            retry_count: 7,
+            rnr_retry_count: 0,
+        })?;
+        let ev = wait_event(&ch, o.timeout)?;
+        let reply = match ev.kind() {
+            CmEventKind::Established => HelloReply::decode(ev.private_data()).map_err(|e| {
+                ConnectError::Protocol(format!("bad HelloReply in accept private data: {e}"))
+            })?,
+            CmEventKind::Rejected => {
+                return Err(match HelloReply::decode(ev.private_data()) {
+                    Ok(r) => ConnectError::Refused(r.status),
+                    Err(_) => ConnectError::Protocol(format!(
+                        "connection rejected without a HelloReply (status {})",
+                        ev.status()
+                    )),
+                });
+            }
+            k => {
+                return Err(ConnectError::Protocol(format!(
+                    "connect: rdma_cm event {k:?} (status {})",
+                    ev.status()
+                )))
+            }
+        };
+        drop(ev);
+        if reply.status != HelloStatus::Ok {
+            return Err(ConnectError::Refused(reply.status));
+        }
+        let max_io = o.max_io.min(reply.max_io_bytes as usize);
+        let data_mr = Mr::new(&pd, o.slots * max_io, Access::LOCAL_WRITE | Access::MW_BIND)?;
+        let send_mr = Mr::new(&pd, o.slots * SLOT, Access::LOCAL_WRITE)?;
+        let mws = (0..o.slots)
+            .map(|_| Mw::new_type2(&pd))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Rdma {
+            id,
+            ch,
+            bound_before: vec![false; mws.len()],
+            mws,
+            cq,
+            _comp: comp,
+            recv_mr,
+            send_mr,
+            data_mr,
+            max_io,
+            slots: o.slots,
+            sender: CreditSender::new(reply.initial_credits),
+            reply,
+            receiver,
+            inflight: HashMap::new(),
+            ready: VecDeque::new(),
+            timeout: o.timeout,
+            inv_ok: 0,
+            inv_missing: 0,
+            inv_wrong_rkey: 0,
+            plain_ok: 0,
+            plain_unexpected_inv: 0,
+            rkey_echo_mismatches: 0,
+            binds: 0,
+            rebinds_after_invalidation: 0,
+            credit_violations: 0,
+            last_invalidated: None,
+        })
+    }
+
+    fn post(
+        &mut self,
+        slot: usize,
+        mut req: Request,
+        rkey_override: Option<u32>,
+    ) -> io::Result<()> {
+        req.credits = self.receiver.take_grant();
+        let off = slot * SLOT;
+        let data_off = slot * self.max_io;
+        let mut wrs = Vec::with_capacity(2);
+        let mut bind_rkey = None;
+        if let Some(rkey) = rkey_override {
+            req.buf = RemoteBuf {
+                addr: self.data_mr.addr() + data_off as u64,
+                rkey,
+                len: req.length,
+            };
+        } else if req.opcode.has_data() {
+            let rkey = self.mws[slot].next_rkey();
+            bind_rkey = Some(rkey);
+            req.buf = RemoteBuf {
+                addr: self.data_mr.addr() + data_off as u64,
+                rkey,
+                len: req.length,
+            };
+        } else {
+            req.buf = RemoteBuf::default();
+        }
+        self.send_mr[off..off + REQUEST_LEN].copy_from_slice(&req.to_bytes());
+        if let Some(rkey) = bind_rkey {
+            let access = if req.opcode == Opcode::Write {
+                Access::REMOTE_READ
+            } else {
+                Access::REMOTE_WRITE
+            };
+            wrs.push(SendWr {
+                wr_id: (K_BIND << 56) | slot as u64,
+                op: SendOp::BindMw {
+                    mw: &self.mws[slot],
+                    new_rkey: rkey,
+                    mr: &self.data_mr,
+                    off: data_off,
+                    // Clamped to the slot: oversized requests are refused before any access.
+                    len: (req.length as usize).min(self.max_io),
+                    access,
+                },
+                local: None,
+                signaled: false,
+            });
+        }
+        wrs.push(SendWr {
+            wr_id: (K_SEND << 56) | slot as u64,
+            op: SendOp::Send,
+            local: Some((&self.send_mr, off, REQUEST_LEN)),
+            signaled: true,
+        });
+        self.id.post_send(&wrs)?;
+        if bind_rkey.is_some() {
+            self.binds += 1;
+            if self.bound_before[slot] {
+                self.rebinds_after_invalidation += 1;
+            }
+            self.bound_before[slot] = true;
+        }
+        self.inflight.insert(
+            req.tag,
+            Inflight {
+                slot,
+                rkey: req.buf.rkey,
+            },
+        );
+        Ok(())
+    }
+
+    fn poll_once(&mut self, timeout: Duration) -> io::Result<bool> {
+        let wcs = self.cq.wait(Some(timeout))?;
+        if wcs.is_empty() {
+            return Ok(false);
+        }
+        for wc in wcs {
+            let kind = wc.wr_id >> 56;
+            if !wc.ok() {
+                let what = match kind {
+                    K_RECV => "receive",
+                    K_BIND => "memory window bind",
+                    _ => "send",
+                };
+                return Err(io::Error::other(format!(
+                    "{what} completed with {}",
+                    wc.status_str()
+                )));
+            }
+            if kind != K_RECV {
+                continue;
+            }
+            let rslot = (wc.wr_id & 0xffff_ffff) as usize;
+            let off = rslot * SLOT;
+            let resp = Response::decode(&self.recv_mr[off..off + (wc.byte_len as usize).min(SLOT)])
+                .map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("bad response: {e}"))
+                })?;
+            if self.receiver.on_message_received().is_err() {
+                self.credit_violations += 1;
+            }
+            self.id.post_recv(wc.wr_id, &self.recv_mr, off, SLOT)?;
+            self.receiver.on_recv_posted();
+            self.sender.grant(resp.credits);
+            self.sender.complete();
+            let f = self.inflight.remove(&resp.tag).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("response for unknown tag {}", resp.tag),
+                )
+            })?;
+            if resp.rkey != f.rkey {
+                self.rkey_echo_mismatches += 1;
+            }
+            if f.rkey != 0 {
+                if !wc.with_inv {
+                    self.inv_missing += 1;
+                } else if wc.invalidated_rkey != f.rkey {
+                    self.inv_wrong_rkey += 1;
+                } else {
+                    self.inv_ok += 1;
+                    self.last_invalidated = Some((f.slot, f.rkey));
+                }
+            } else if wc.with_inv {
+                self.plain_unexpected_inv += 1;
+            } else {
+                self.plain_ok += 1;
+            }
+            self.ready.push_back(Done { slot: f.slot, resp });
+        }
+        Ok(true)
+    }
+
+    /// Asks the target to RDMA-Write to an rkey that was already invalidated. Returns a
+    /// description of what happened; `Ok` means the access was refused as it must be.
+    pub fn probe_dead_rkey(&mut self, tag: u32) -> Result<String, String> {
+        let Some((slot, rkey)) = self.last_invalidated else {
+            return Err("no invalidated rkey to probe (no data request completed)".into());
+        };
+        let len = 4096.min(self.max_io) as u32;
+        let req = Request {
+            opcode: Opcode::Read,
+            flags: 0,
+            credits: 0,
+            tag,
+            sector: 0,
+            length: len,
+            data_crc: 0,
+            buf: RemoteBuf::default(),
+        };
+        if !self.sender.try_consume() {
+            return Err("no credit left for the probe".into());
+        }
+        self.post(slot, req, Some(rkey))
+            .map_err(|e| format!("cannot post the probe: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if Instant::now() > deadline {
+                return Err("no response and no error within 20 s".into());
+            }
+            match self.poll_once(Duration::from_millis(200)) {
+                Ok(_) => {
+                    if let Some(d) = self.ready.pop_front() {
+                        if d.resp.tag == tag {
+                            return Err(format!(
+                                "the target answered {:?}: the write to invalidated rkey {rkey:#x} was not refused",
+                                d.resp.status
+                            ));
+                        }
+                    }
+                }
+                Err(e) => {
+                    return Ok(format!(
+                        "target's RDMA Write to invalidated rkey {rkey:#x} was refused; the queue pair failed ({e})"
+                    ))
+                }
+            }
+            if let Ok(Some(ev)) = self.ch.next_event(Some(Duration::ZERO)) {
+                if ev.kind() == CmEventKind::Disconnected {
+                    return Ok(format!(
+                        "target's RDMA Write to invalidated rkey {rkey:#x} was refused; the target reset the connection"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Disconnects cleanly.
+    pub fn close(&mut self) {
+        let _ = self.id.disconnect();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            match self.ch.next_event(Some(Duration::from_millis(200))) {
+                Ok(Some(ev)) if ev.kind() == CmEventKind::Disconnected => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+impl Transport for Rdma {
+    fn reply(&self) -> &HelloReply {
+        &self.reply
+    }
+
+    fn slots(&self) -> usize {
+        self.slots
+    }
+
+    fn buf(&mut self, slot: usize) -> &mut [u8] {
+        let off = slot * self.max_io;
+        let n = self.max_io;
+        &mut self.data_mr[off..off + n]
+    }
+
+    fn submit(&mut self, slot: usize, req: Request) -> io::Result<bool> {
+        if !self.sender.try_consume() {
+            return Ok(false);
+        }
+        self.post(slot, req, None)?;
+        Ok(true)
+    }
+
+    fn complete(&mut self) -> io::Result<Done> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(d) = self.ready.pop_front() {
+                return Ok(d);
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "timed out waiting for a response",
+                ));
+            }
+            self.poll_once(Duration::from_millis(500))?;
+        }
+    }
+
+    fn credit_report(&self) -> (u32, u16) {
+        (self.sender.high_water(), self.reply.initial_credits)
+    }
+
+    fn checks(&self) -> Vec<(String, u64, bool)> {
+        vec![
+            ("responses_with_inv_ok".into(), self.inv_ok, false),
+            ("responses_missing_inv".into(), self.inv_missing, true),
+            (
+                "responses_wrong_invalidated_rkey".into(),
+                self.inv_wrong_rkey,
+                true,
+            ),
+            ("plain_responses_ok".into(), self.plain_ok, false),
+            (
+                "plain_responses_with_unexpected_inv".into(),
+                self.plain_unexpected_inv,
+                true,
+            ),
+            (
+                "rkey_echo_mismatches".into(),
+                self.rkey_echo_mismatches,
+                true,
+            ),
+            ("mw_binds".into(), self.binds, false),
+            (
+                "mw_rebinds_after_invalidation".into(),
+                self.rebinds_after_invalidation,
+                false,
+            ),
+            (
+                "recv_credit_violations".into(),
+                self.credit_violations,
+                true,
+            ),
+        ]
+    }
+}
