@@ -1,0 +1,138 @@
+# The userspace target and test client over RDMA (rxe) between the two VMs, plus TCP, the
+# allow-list and graceful shutdown. The storage VM runs rdmadisk-target on a brd RAM disk (a
+# tmpfs file where brd is missing); the compute VM runs rdmadisk-testclient.
+#
+# Acceptance: 1000 mixed 4 KiB..1 MiB reads and writes with data verified; the target's counters
+# show every write pulled by RDMA Read and every read pushed by RDMA Write; every response
+# arrives with the invalidate flag and the request's rkey; the client never exceeds its credits.
+
+UT=$TB_REPO/userspace-tools
+BIN=$UT/target/release
+T=$BIN/rdmadisk-target
+C=$BIN/rdmadisk-testclient
+S=$TB_STORAGE_ADDR
+STATS=$TB_DIR/target30.stats
+LOG=$TB_DIR/target30.log
+PIDF=$TB_DIR/target30.pid
+COUNT=${RDT30_COUNT:-1000}
+
+res() { # res STATUS DESCRIPTION
+  if [ "$1" = 0 ]; then echo "ok - $2"; else echo "not ok - $2"; fi
+}
+stat_of() { sed -n "s/^$1=//p" "$STATS"; }
+field() { # field NAME TEXT: value of NAME=VALUE in TEXT
+  sed -n "s/.*\\b$1=\\([0-9]*\\).*/\\1/p" <<<"$2" | head -n1
+}
+
+if ! (cd "$UT" && nice -n 10 cargo build -q --release -p rdmadisk-target -p rdmadisk-testclient) >&2; then
+  echo "not ok - build the userspace target and test client"
+  return 0 2>/dev/null || exit 0
+fi
+
+# Backing store: 64 MiB brd RAM disk, or a tmpfs file.
+backing=$(on storage '
+if [ ! -b /dev/ram0 ]; then modprobe brd rd_nr=1 rd_size=65536 2>/dev/null; fi
+if [ -b /dev/ram0 ]; then echo /dev/ram0; else
+  mkdir -p /run/rdt30 && mount -t tmpfs -o size=80m tmpfs /run/rdt30 && truncate -s 64M /run/rdt30/disk0.img && echo /run/rdt30/disk0.img
+fi')
+echo "backing store: $backing"
+
+start_target() { # start_target EXTRA-ARGS...: (re)starts the target, waits for its RDMA listener
+  on storage "
+if [ -s $PIDF ]; then p=\$(cat $PIDF); kill -TERM \$p 2>/dev/null; for i in \$(seq 50); do kill -0 \$p 2>/dev/null || break; sleep 0.2; done; fi
+rm -f $STATS
+setsid $T --listen $S --rdma-port 7700 --tcp-port 7701 --export disk0=$backing --allow $TB_COMPUTE_ADDR \
+  --stats-file $STATS $* >$LOG 2>&1 </dev/null &
+echo \$! >$PIDF
+for i in \$(seq 100); do grep -q 'rdma listening' $LOG && exit 0; sleep 0.2; done
+cat $LOG; exit 1"
+}
+
+if start_target; then
+  echo "ok - target listens on rdma_cm $S:7700 and tcp $S:7701"
+else
+  echo "not ok - target listens on rdma_cm $S:7700 and tcp $S:7701"
+  return 0 2>/dev/null || exit 0
+fi
+
+# 1. The acceptance run.
+out=$(on compute "timeout 900 $C --transport rdma --target $S:7700 --export disk0 --count $COUNT --queue-depth 8 --span-mib 32 --seed 30" 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  /'
+res $rc "rdma: $COUNT mixed 4 KiB-1 MiB reads/writes with flush, discard, write-zeroes, FUA: data verified ($(grep -o 'RESULT: .*' <<<"$out"))"
+on storage "kill -USR1 \$(cat $PIDF); sleep 1" >/dev/null
+cat "$STATS" | sed 's/^/  target: /'
+c_reads=$(field reads "$(grep '^ops:' <<<"$out")")
+c_writes=$(field writes "$(grep '^ops:' <<<"$out")")
+c_flush=$(field flushes "$(grep '^ops:' <<<"$out")")
+c_disc=$(field discards "$(grep '^ops:' <<<"$out")")
+c_wz=$(field write_zeroes "$(grep '^ops:' <<<"$out")")
+[ -n "$c_writes" ] && [ "$(stat_of writes)" = "$c_writes" ] && [ "$(stat_of rdma_reads)" = "$c_writes" ] &&
+  [ "$(stat_of rdma_read_bytes)" = "$(stat_of bytes_written)" ]
+res $? "target: every write pulled by RDMA Read (writes=$(stat_of writes) rdma_reads=$(stat_of rdma_reads), $(stat_of rdma_read_bytes) bytes)"
+[ -n "$c_reads" ] && [ "$(stat_of reads)" = "$c_reads" ] && [ "$(stat_of rdma_writes)" = "$c_reads" ] &&
+  [ "$(stat_of rdma_write_bytes)" = "$(stat_of bytes_read)" ]
+res $? "target: every read pushed by RDMA Write (reads=$(stat_of reads) rdma_writes=$(stat_of rdma_writes), $(stat_of rdma_write_bytes) bytes)"
+[ -n "$c_reads" ] && [ "$(stat_of send_with_inv)" = "$((c_reads + c_writes))" ] &&
+  [ "$(stat_of plain_sends)" = "$((c_flush + c_disc + c_wz))" ]
+res $? "target: data responses sent with invalidate (send_with_inv=$(stat_of send_with_inv)), the rest plain (plain_sends=$(stat_of plain_sends))"
+inv_ok=$(field responses_with_inv_ok "$out")
+[ "$inv_ok" = "$((c_reads + c_writes))" ] && [ "$(field responses_missing_inv "$out")" = 0 ] &&
+  [ "$(field responses_wrong_invalidated_rkey "$out")" = 0 ] && [ "$(field plain_responses_with_unexpected_inv "$out")" = 0 ]
+res $? "client: every data response arrived with IBV_WC_WITH_INV and the request's rkey ($inv_ok of $((c_reads + c_writes)))"
+rebinds=$(field mw_rebinds_after_invalidation "$out")
+[ -n "$rebinds" ] && [ "$rebinds" -gt 0 ] && [ $rc = 0 ]
+res $? "client: $rebinds type-2 MW rebinds succeeded, each possible only after the previous rkey was invalidated"
+grep -q 'credits: initial=32 max_in_flight=[0-9]* exceeded=no' <<<"$out" && [ "$(field recv_credit_violations "$out")" = 0 ]
+res $? "client: never exceeded its credits ($(grep -o 'credits: .*' <<<"$out"))"
+[ "$(stat_of crc_failures)" = 0 ] && [ "$(stat_of resets)" = 0 ] && [ "$(stat_of rdma_errors)" = 0 ] && [ "$(stat_of io_errors)" = 0 ]
+res $? "target: no CRC failures, resets, RDMA or I/O errors"
+
+# 2. Error statuses on a live RDMA connection, then a dead-rkey probe on another one.
+out=$(on compute "timeout 300 $C --transport rdma --target $S:7700 --export disk0 --count 40 --negative --seed 31" 2>&1)
+rc=$?
+echo "$out" | grep -E '^(ok|not ok) - negative|RESULT' | sed 's/^/  /'
+res $rc "rdma: out-of-range and invalid requests answered with error statuses, connection kept"
+resets_before=$(stat_of resets)
+out=$(on compute "timeout 300 $C --transport rdma --target $S:7700 --export disk0 --count 20 --seed 32 --probe-dead-rkey" 2>&1)
+rc=$?
+echo "$out" | grep -E 'dead rkey|RESULT' | sed 's/^/  /'
+on storage "kill -USR1 \$(cat $PIDF); sleep 1" >/dev/null
+[ $rc = 0 ] && grep -q '^ok - dead rkey probe' <<<"$out"
+res $? "rdma: the target's RDMA Write to an already invalidated rkey is refused (target rdma_errors=$(stat_of rdma_errors), resets $resets_before -> $(stat_of resets))"
+
+# 3. The same workload over TCP from the compute VM.
+out=$(on compute "timeout 600 $C --transport tcp --target $S:7701 --export disk0 --count 200 --queue-depth 8 --span-mib 32 --seed 33" 2>&1)
+rc=$?
+res $rc "tcp: 200 mixed reads/writes verified ($(grep -o 'RESULT: .*' <<<"$out"))"
+
+# 4. Allow-list: a second address on the compute NIC is refused, over RDMA and TCP.
+nic=$(cat "$TB_DIR/compute.nic")
+on compute "ip addr add 192.0.2.11/24 dev $nic; sleep 1" >/dev/null
+out=$(on compute "timeout 120 $C --transport rdma --target $S:7700 --bind 192.0.2.11 --expect-refused not-allowed" 2>&1)
+rc=$?
+grep -q 'refused connection from 192.0.2.11' "$LOG"
+res $((rc | $?)) "rdma: a client at 192.0.2.11 (not on the allow-list) is rejected with NotAllowed; the target logs it"
+out=$(on compute "timeout 120 $C --transport tcp --target $S:7701 --bind 192.0.2.11 --expect-refused not-allowed" 2>&1)
+res $? "tcp: a client at 192.0.2.11 is refused with NotAllowed"
+on compute "ip addr del 192.0.2.11/24 dev $nic" >/dev/null
+
+# 5. Four credits per connection: the client never has more than four requests in flight.
+if start_target --credits 4; then
+  out=$(on compute "timeout 600 $C --transport rdma --target $S:7700 --export disk0 --count 200 --queue-depth 16 --max-size 262144 --seed 34" 2>&1)
+  rc=$?
+  echo "$out" | grep -E '^credits|RESULT' | sed 's/^/  /'
+  [ $rc = 0 ] && grep -q 'credits: initial=4 max_in_flight=4 exceeded=no' <<<"$out"
+  res $? "rdma with --credits 4: 200 verified I/Os at queue depth 16, never more than 4 in flight"
+else
+  echo "not ok - restart the target with --credits 4"
+fi
+
+# 6. SIGTERM: finish, fsync, exit 0.
+on storage "
+p=\$(cat $PIDF); kill -TERM \$p
+for i in \$(seq 100); do kill -0 \$p 2>/dev/null || break; sleep 0.2; done
+! kill -0 \$p 2>/dev/null && grep -q 'exports synced' $LOG" >/dev/null
+res $? "target exits on SIGTERM after syncing its exports"
+tail -n 3 "$LOG" | sed 's/^/  target log: /'
+on storage "umount /run/rdt30 2>/dev/null; true" >/dev/null
