@@ -32,7 +32,7 @@ fi
 # Backing store: 64 MiB brd RAM disk, or a tmpfs file.
 backing=$(on storage '
 if [ ! -b /dev/ram0 ]; then modprobe brd rd_nr=1 rd_size=65536 2>/dev/null; fi
-if [ -b /dev/ram0 ]; then echo /dev/ram0; else
+if [ -b /dev/ram0 ] && [ "$(blockdev --getsize64 /dev/ram0)" -ge 67108864 ]; then echo /dev/ram0; else
   mkdir -p /run/rdt30 && mount -t tmpfs -o size=80m tmpfs /run/rdt30 && truncate -s 64M /run/rdt30/disk0.img && echo /run/rdt30/disk0.img
 fi')
 echo "backing store: $backing"

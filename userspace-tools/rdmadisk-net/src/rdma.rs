@@ -696,6 +696,40 @@ impl Drop for Pd {
     }
 }
 
+impl Pd {
+    /// Asynchronous events pending on the device (QP fatal, access errors, port changes), as
+    /// text, without blocking. For diagnostics when a QP dies without an error completion.
+    pub fn drain_async_events(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        // SAFETY: ctx is a live device context; async_fd is a plain field.
+        let fd = unsafe { (*self.ctx).async_fd };
+        while poll_fd(fd, Some(Duration::ZERO)).unwrap_or(false) {
+            let mut ev = MaybeUninit::<sys::ibv_async_event>::zeroed();
+            // SAFETY: ctx is live and its async fd readable; ev is a valid out-pointer.
+            if unsafe { sys::ibv_get_async_event(self.ctx, ev.as_mut_ptr()) } != 0 {
+                break;
+            }
+            // SAFETY: filled by the successful call.
+            let ev_ref = unsafe { &mut *ev.as_mut_ptr() };
+            let ty = ev_ref.event_type;
+            // SAFETY: ibv_event_type_str returns a static string or NULL.
+            let p = unsafe { sys::ibv_event_type_str(ty) };
+            let name = if p.is_null() {
+                format!("event {}", ty as u32)
+            } else {
+                // SAFETY: p is a NUL-terminated static string.
+                unsafe { std::ffi::CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            out.push(name);
+            // SAFETY: each event obtained is acked exactly once.
+            unsafe { sys::ibv_ack_async_event(ev_ref) };
+        }
+        out
+    }
+}
+
 /// The largest number of outstanding RDMA Reads a QP on this device may issue.
 pub fn max_qp_rd_atom(pd: &Pd) -> io::Result<u32> {
     let mut attr = MaybeUninit::<sys::ibv_device_attr>::zeroed();
@@ -945,7 +979,9 @@ pub struct Completion {
     /// `IBV_WC_*` opcode.
     pub opcode: u32,
     pub byte_len: u32,
-    /// The completion carried IBV_WC_WITH_INV.
+    /// The raw `wc_flags`.
+    pub wc_flags: u32,
+    /// The completion carried IBV_WC_WITH_INV (`wc_flags` bit 3, the libibverbs ABI value).
     pub with_inv: bool,
     /// The invalidated rkey (valid when `with_inv`).
     pub invalidated_rkey: u32,
@@ -980,6 +1016,12 @@ pub fn wc_status_str(status: u32) -> String {
         .to_string_lossy()
         .into_owned()
 }
+
+/// `wc_flags` bit that Linux's rxe (through at least 6.12) sets for a Send-with-Invalidate on a
+/// *user* CQ: it copies the kernel's `IB_WC_WITH_INVALIDATE` (1 << 2) into the uverbs completion
+/// instead of the ABI's `IBV_WC_WITH_INV` (1 << 3); see `do_complete()` in `rxe_resp.c`. The
+/// invalidated rkey itself is reported correctly.
+pub const WC_FLAG_RXE_KERNEL_WITH_INV: u32 = 1 << 2;
 
 /// `IBV_WC_WR_FLUSH_ERR`: work flushed because the QP went to the error state.
 pub const WC_WR_FLUSH_ERR: u32 = sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
@@ -1033,6 +1075,7 @@ impl Cq {
         for wc in &wcs[..n as usize] {
             let with_inv = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_INV.0 != 0;
             out.push(Completion {
+                wc_flags: wc.wc_flags,
                 wr_id: wc.wr_id,
                 status: wc.status,
                 opcode: wc.opcode,

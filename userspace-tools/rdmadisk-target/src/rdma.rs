@@ -18,8 +18,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdmadisk_net::rdma::{
-    self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, QpCaps, SendOp,
-    SendWr,
+    self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Pd, QpCaps,
+    SendOp, SendWr,
 };
 use rdmadisk_proto::credits::CreditSender;
 use rdmadisk_proto::wire::{
@@ -181,7 +181,7 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
     };
     let credits = usize::from(t.limits.credits);
     let max_io = t.limits.max_io_bytes as usize;
-    type Parts = (Arc<CompChannel>, Arc<Cq>, Mr, Mr, Mr);
+    type Parts = (Arc<Pd>, Arc<CompChannel>, Arc<Cq>, Mr, Mr, Mr);
     let res = (|| -> io::Result<Parts> {
         let pd = id.alloc_pd()?;
         let comp = CompChannel::new(&pd)?;
@@ -213,9 +213,9 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
             retry_count: 7,
             rnr_retry_count: 0,
         })?;
-        Ok((comp, cq, recv_mr, send_mr, data_mr))
+        Ok((pd, comp, cq, recv_mr, send_mr, data_mr))
     })();
-    let (comp, cq, recv_mr, send_mr, data_mr) = match res {
+    let (pd, comp, cq, recv_mr, send_mr, data_mr) = match res {
         Ok(p) => p,
         Err(e) => {
             eprintln!("rdmadisk-target: rdma: cannot set up a connection for {peer}: {e}");
@@ -232,6 +232,7 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
         id,
         _comp: comp,
         cq,
+        pd,
         recv_mr,
         send_mr,
         data_mr,
@@ -256,6 +257,7 @@ struct Conn {
     id: CmId,
     _comp: Arc<CompChannel>,
     cq: Arc<Cq>,
+    pd: Arc<Pd>,
     recv_mr: Mr,
     send_mr: Mr,
     data_mr: Mr,
@@ -296,6 +298,21 @@ impl Conn {
             && Instant::now() < deadline
         {
             self.drive(t, Some(Duration::from_millis(50)));
+        }
+        // Pick up error completions that raced with a disconnect, for the log and the counters.
+        if self.broken.is_none() {
+            self.drive(t, Some(Duration::ZERO));
+            if self.broken.as_deref() == Some("queue pair flushed") {
+                self.broken = None;
+            }
+        }
+        let events = self.pd.drain_async_events();
+        if !events.is_empty() {
+            eprintln!(
+                "rdmadisk-target: rdma: {}: async events: {}",
+                self.peer,
+                events.join(", ")
+            );
         }
         match &self.broken {
             Some(why) => {

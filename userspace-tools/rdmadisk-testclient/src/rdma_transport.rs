@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use rdmadisk_net::client::ConnectError;
 use rdmadisk_net::rdma::{
-    self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Mw, QpCaps,
+    self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Mw, Pd, QpCaps,
     SendOp, SendWr,
 };
 use rdmadisk_proto::credits::{CreditReceiver, CreditSender};
@@ -54,14 +54,17 @@ struct Inflight {
     rkey: u32,
 }
 
-/// Field order is drop order: the QP (in `id`) first, then windows and MRs.
+/// Field order is drop order: the windows first (rxe holds a QP reference for every bound
+/// type-2 window, and destroying the QP while one is bound makes rxe's QP cleanup time out
+/// with a kernel WARNING), then the QP (in `id`), then the MRs.
 pub struct Rdma {
+    mws: Vec<Mw>,
     id: CmId,
     ch: Arc<EventChannel>,
-    mws: Vec<Mw>,
     bound_before: Vec<bool>,
     cq: Arc<Cq>,
     _comp: Arc<CompChannel>,
+    pd: Arc<Pd>,
     recv_mr: Mr,
     send_mr: Mr,
     data_mr: Mr,
@@ -75,6 +78,10 @@ pub struct Rdma {
     timeout: Duration,
     // Checks.
     inv_ok: u64,
+    inv_flag_abi: u64,
+    inv_flag_rxe_bit2: u64,
+    recv_wc_flags_seen: u32,
+    responses: u64,
     inv_missing: u64,
     inv_wrong_rkey: u64,
     plain_ok: u64,
@@ -202,6 +209,7 @@ impl Rdma {
             mws,
             cq,
             _comp: comp,
+            pd,
             recv_mr,
             send_mr,
             data_mr,
@@ -214,6 +222,10 @@ impl Rdma {
             ready: VecDeque::new(),
             timeout: o.timeout,
             inv_ok: 0,
+            inv_flag_abi: 0,
+            inv_flag_rxe_bit2: 0,
+            recv_wc_flags_seen: 0,
+            responses: 0,
             inv_missing: 0,
             inv_wrong_rkey: 0,
             plain_ok: 0,
@@ -305,22 +317,33 @@ impl Rdma {
         if wcs.is_empty() {
             return Ok(false);
         }
+        // Report the first real error of the batch, not the flushes it caused.
+        let first_bad = wcs
+            .iter()
+            .find(|w| !w.ok() && w.status != rdma::WC_WR_FLUSH_ERR)
+            .or_else(|| wcs.iter().find(|w| !w.ok()));
+        if let Some(bad) = first_bad {
+            let what = match bad.wr_id >> 56 {
+                K_RECV => "receive",
+                K_BIND => "memory window bind",
+                _ => "send",
+            };
+            let events = self.pd.drain_async_events();
+            return Err(io::Error::other(format!(
+                "{what} (slot {}) completed with {} after {} good responses; async events: [{}]",
+                bad.wr_id & 0xffff_ffff,
+                bad.status_str(),
+                self.responses,
+                events.join(", ")
+            )));
+        }
         for wc in wcs {
             let kind = wc.wr_id >> 56;
-            if !wc.ok() {
-                let what = match kind {
-                    K_RECV => "receive",
-                    K_BIND => "memory window bind",
-                    _ => "send",
-                };
-                return Err(io::Error::other(format!(
-                    "{what} completed with {}",
-                    wc.status_str()
-                )));
-            }
             if kind != K_RECV {
                 continue;
             }
+            self.responses += 1;
+            self.recv_wc_flags_seen |= wc.wc_flags;
             let rslot = (wc.wr_id & 0xffff_ffff) as usize;
             let off = rslot * SLOT;
             let resp = Response::decode(&self.recv_mr[off..off + (wc.byte_len as usize).min(SLOT)])
@@ -343,8 +366,15 @@ impl Rdma {
             if resp.rkey != f.rkey {
                 self.rkey_echo_mismatches += 1;
             }
+            let rxe_bit2 = wc.wc_flags & rdma::WC_FLAG_RXE_KERNEL_WITH_INV != 0;
+            if wc.with_inv {
+                self.inv_flag_abi += 1;
+            } else if rxe_bit2 {
+                self.inv_flag_rxe_bit2 += 1;
+            }
+            let with_inv = wc.with_inv || rxe_bit2;
             if f.rkey != 0 {
-                if !wc.with_inv {
+                if !with_inv {
                     self.inv_missing += 1;
                 } else if wc.invalidated_rkey != f.rkey {
                     self.inv_wrong_rkey += 1;
@@ -352,7 +382,7 @@ impl Rdma {
                     self.inv_ok += 1;
                     self.last_invalidated = Some((f.slot, f.rkey));
                 }
-            } else if wc.with_inv {
+            } else if with_inv {
                 self.plain_unexpected_inv += 1;
             } else {
                 self.plain_ok += 1;
@@ -476,6 +506,21 @@ impl Transport for Rdma {
     fn checks(&self) -> Vec<(String, u64, bool)> {
         vec![
             ("responses_with_inv_ok".into(), self.inv_ok, false),
+            (
+                "inv_flag_as_IBV_WC_WITH_INV".into(),
+                self.inv_flag_abi,
+                false,
+            ),
+            (
+                "inv_flag_as_rxe_kernel_bit2".into(),
+                self.inv_flag_rxe_bit2,
+                false,
+            ),
+            (
+                "recv_wc_flags_seen".into(),
+                u64::from(self.recv_wc_flags_seen),
+                false,
+            ),
             ("responses_missing_inv".into(), self.inv_missing, true),
             (
                 "responses_wrong_invalidated_rkey".into(),

@@ -3,6 +3,10 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::thread;
+
+use rdmadisk_net::framing::{self, Frame};
 
 use rdmadisk_net::client::{ConnectError, ConnectOptions, TcpClient};
 use rdmadisk_proto::credits::CreditSender;
@@ -31,11 +35,16 @@ pub trait Transport {
     fn checks(&self) -> Vec<(String, u64, bool)>;
 }
 
-/// The TCP transport: requests pipelined on one connection.
+type Incoming = io::Result<(Response, Vec<u8>)>;
+
+/// The TCP transport: requests pipelined on one connection. Responses are read by a thread of
+/// their own, so a large response never waits for a large request to be written (or the
+/// other way round): with both directions blocked on full socket buffers, a single-threaded
+/// pipelining client would deadlock against the target.
 pub struct Tcp {
     c: TcpClient,
+    rx: mpsc::Receiver<Incoming>,
     bufs: Vec<Vec<u8>>,
-    scratch: Vec<u8>,
     by_tag: HashMap<u32, (usize, Opcode, u32)>,
     sender: CreditSender,
     reply: HelloReply,
@@ -49,13 +58,33 @@ impl Tcp {
         slots: usize,
         max_io: usize,
     ) -> Result<Tcp, ConnectError> {
-        let c = TcpClient::connect(addr, opts)?;
+        let mut c = TcpClient::connect(addr, opts)?;
         let reply = *c.reply();
         let max_io = max_io.min(reply.max_io_bytes as usize);
+        let mut rs = c.stream().try_clone()?;
+        let (tx, rx) = mpsc::channel::<Incoming>();
+        let max_data = reply.max_io_bytes;
+        thread::spawn(move || loop {
+            let r = match framing::read_frame(&mut rs, max_data) {
+                Ok(Frame::Response(resp, n)) => {
+                    let mut data = vec![0u8; n as usize];
+                    framing::read_full(&mut rs, &mut data).map(|()| (resp, data))
+                }
+                Ok(f) => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("expected Response, got {f:?}"),
+                )),
+                Err(e) => Err(e.into()),
+            };
+            let stop = r.is_err();
+            if tx.send(r).is_err() || stop {
+                break;
+            }
+        });
         Ok(Tcp {
             c,
+            rx,
             bufs: (0..slots).map(|_| vec![0u8; max_io]).collect(),
-            scratch: vec![0u8; max_io],
             by_tag: HashMap::new(),
             sender: CreditSender::new(reply.initial_credits),
             reply,
@@ -97,8 +126,10 @@ impl Transport for Tcp {
     }
 
     fn complete(&mut self) -> io::Result<Done> {
-        // Receive into a scratch buffer first: the slot is known only from the tag.
-        let (resp, n) = self.c.recv(&mut self.scratch)?;
+        let (resp, data) = self.rx.recv().map_err(|_| {
+            io::Error::new(io::ErrorKind::UnexpectedEof, "response reader stopped")
+        })??;
+        let n = data.len();
         let (slot, _op, rkey) = self.by_tag.remove(&resp.tag).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -108,7 +139,13 @@ impl Transport for Tcp {
         if resp.rkey != rkey {
             self.rkey_echo_mismatches += 1;
         }
-        self.bufs[slot][..n].copy_from_slice(&self.scratch[..n]);
+        if n > self.bufs[slot].len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "response data larger than the request",
+            ));
+        }
+        self.bufs[slot][..n].copy_from_slice(&data);
         self.sender.grant(resp.credits);
         self.sender.complete();
         Ok(Done { slot, resp })
@@ -124,5 +161,12 @@ impl Transport for Tcp {
             self.rkey_echo_mismatches,
             true,
         )]
+    }
+}
+
+impl Drop for Tcp {
+    fn drop(&mut self) {
+        // Ends the reader thread.
+        let _ = self.c.stream().shutdown(std::net::Shutdown::Both);
     }
 }

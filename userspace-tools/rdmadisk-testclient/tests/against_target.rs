@@ -1,0 +1,137 @@
+//! The test client against the real target over TCP on the loopback (the target binary is
+//! the workspace sibling of this package's binary; `cargo test` at the workspace root builds
+//! both).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn target_bin() -> Option<PathBuf> {
+    let p =
+        PathBuf::from(env!("CARGO_BIN_EXE_rdmadisk-testclient")).with_file_name("rdmadisk-target");
+    p.exists().then_some(p)
+}
+
+struct Target(Child, String, tempfile::TempDir);
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(extra: &[&str]) -> Option<Target> {
+    let Some(bin) = target_bin() else {
+        eprintln!("rdmadisk-target not built next to the test client; run `cargo test` at the workspace root");
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d.img");
+    std::fs::write(&img, vec![0u8; 16 << 20]).unwrap();
+    let mut child = Command::new(bin)
+        .args([
+            "--listen",
+            "127.0.0.1",
+            "--tcp-port",
+            "0",
+            "--no-rdma",
+            "--export",
+        ])
+        .arg(format!("disk0={}", img.display()))
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(a) = line.strip_prefix("rdmadisk-target: tcp listening on ") {
+            let addr = a.trim().to_string();
+            std::thread::spawn(move || for _ in lines.by_ref() {});
+            return Some(Target(child, addr, dir));
+        }
+    }
+    panic!("target did not start");
+}
+
+fn client(t: &Target, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rdmadisk-testclient"))
+        .args(["--transport", "tcp", "--target", &t.1])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn verified_workload_with_large_pipelined_ios() {
+    let Some(t) = start(&["--credits", "4"]) else {
+        return;
+    };
+    // 1 MiB reads and writes at queue depth 8: responses must be read while requests are
+    // still being written, or client and target deadlock on full socket buffers.
+    let (ok, out) = client(
+        &t,
+        &[
+            "--count",
+            "300",
+            "--queue-depth",
+            "8",
+            "--min-size",
+            "262144",
+            "--negative",
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("credits: initial=4 max_in_flight=4 exceeded=no"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("RESULT: ") && l.ends_with(", 0 failed")),
+        "{out}"
+    );
+}
+
+#[test]
+fn corruption_is_detected() {
+    let Some(t) = start(&["--corrupt-read-every", "5"]) else {
+        return;
+    };
+    let (ok, out) = client(&t, &["--count", "100", "--read-pct", "70"]);
+    assert!(!ok, "{out}");
+    assert!(!out.contains("read_crc_mismatches=0"), "{out}");
+}
+
+#[test]
+fn refusals() {
+    let Some(t) = start(&["--allow", "127.0.0.2"]) else {
+        return;
+    };
+    let (ok, out) = client(
+        &t,
+        &["--bind", "127.0.0.3", "--expect-refused", "not-allowed"],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = client(
+        &t,
+        &[
+            "--bind",
+            "127.0.0.2",
+            "--export",
+            "nope",
+            "--expect-refused",
+            "no-such-export",
+        ],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = client(&t, &["--bind", "127.0.0.2", "--count", "20"]);
+    assert!(ok, "{out}");
+}
