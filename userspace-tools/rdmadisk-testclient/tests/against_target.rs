@@ -13,7 +13,8 @@ fn target_bin() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-struct Target(Child, String, tempfile::TempDir);
+/// The process, its address, and the temp dir kept alive while it runs.
+struct Target(Child, String, #[allow(dead_code)] tempfile::TempDir);
 
 impl Drop for Target {
     fn drop(&mut self) {
