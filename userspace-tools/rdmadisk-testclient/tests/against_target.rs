@@ -31,7 +31,7 @@ fn start(extra: &[&str]) -> Option<Target> {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d.img");
     std::fs::write(&img, vec![0u8; 16 << 20]).unwrap();
-    let mut child = Command::new(bin)
+    let child = Command::new(bin)
         .args([
             "--listen",
             "127.0.0.1",
@@ -45,14 +45,15 @@ fn start(extra: &[&str]) -> Option<Target> {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut t = Target(child, String::new(), dir);
+    let mut lines = BufReader::new(t.0.stdout.take().unwrap()).lines();
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         let line = lines.next().unwrap().unwrap();
         if let Some(a) = line.strip_prefix("rdmadisk-target: tcp listening on ") {
-            let addr = a.trim().to_string();
+            t.1 = a.trim().to_string();
             std::thread::spawn(move || for _ in lines.by_ref() {});
-            return Some(Target(child, addr, dir));
+            return Some(t);
         }
     }
     panic!("target did not start");
