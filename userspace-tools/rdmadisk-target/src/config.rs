@@ -70,6 +70,10 @@ pub struct Args {
     /// Test switch: treat 1 in N write CRCs as mismatched.
     #[arg(long, value_name = "N")]
     pub fail_write_crc_every: Option<u64>,
+    /// Diagnostic switch: answer with plain Sends, never Send-with-Invalidate (for clients that
+    /// expose plain MR rkeys, which rxe refuses to invalidate).
+    #[arg(long)]
+    pub no_invalidate: bool,
 }
 
 /// One `[[export]]` table.
@@ -118,6 +122,7 @@ pub struct Config {
     pub stats_file: Option<PathBuf>,
     pub corrupt_read_every: u64,
     pub fail_write_crc_every: u64,
+    pub no_invalidate: bool,
     pub exports: Vec<ExportConf>,
 }
 
@@ -188,6 +193,7 @@ impl Config {
                 .fail_write_crc_every
                 .or(file.fail_write_crc_every)
                 .unwrap_or(0),
+            no_invalidate: args.no_invalidate,
             exports,
         };
         if c.exports.is_empty() {

@@ -27,6 +27,8 @@ pub struct Limits {
     pub corrupt_read_every: u64,
     /// Treat 1 in N write CRCs as mismatched (0 = never).
     pub fail_write_crc_every: u64,
+    /// Never Send-with-Invalidate (diagnostic).
+    pub no_invalidate: bool,
 }
 
 /// State shared by every connection thread.

@@ -80,6 +80,7 @@ fn run(cfg: Config) -> Result<(), String> {
         credits: cfg.credits,
         corrupt_read_every: cfg.corrupt_read_every,
         fail_write_crc_every: cfg.fail_write_crc_every,
+        no_invalidate: cfg.no_invalidate,
     };
     if allow.is_empty() {
         say("allow-list empty: every client may connect");

@@ -500,7 +500,8 @@ impl Conn {
         };
         let off = slot * SLOT;
         self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(&resp.to_bytes());
-        let op = if req.buf.rkey != 0 {
+        let invalidate = req.buf.rkey != 0 && !t.limits.no_invalidate;
+        let op = if invalidate {
             SendOp::SendInv { rkey: req.buf.rkey }
         } else {
             SendOp::Send
@@ -540,7 +541,7 @@ impl Conn {
             Stats::inc(&t.stats.rdma_writes);
             Stats::add(&t.stats.rdma_write_bytes, n as u64);
         }
-        Stats::inc(if req.buf.rkey != 0 {
+        Stats::inc(if invalidate {
             &t.stats.send_with_inv
         } else {
             &t.stats.plain_sends

@@ -95,6 +95,10 @@ struct Args {
     /// must be refused (this deliberately breaks the connection).
     #[arg(long)]
     probe_dead_rkey: bool,
+    /// RDMA diagnostic: expose the data MR's own rkey instead of per-request memory windows
+    /// (run the target with --no-invalidate).
+    #[arg(long)]
+    mr_rkey: bool,
     /// Expect the target to refuse the connection with this status; exit 0 only if it does.
     #[arg(long, value_name = "STATUS", value_parser = ["not-allowed", "no-such-export", "busy", "invalid", "bad-version"])]
     expect_refused: Option<String>,
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
                 recv_credits: a.recv_credits,
                 bind: a.bind,
                 timeout,
+                mr_rkey: a.mr_rkey,
             };
             let c = rdma_transport::Rdma::connect(addr, &opts);
             let probe = a.probe_dead_rkey;

@@ -47,6 +47,9 @@ pub struct RdmaOptions {
     pub recv_credits: u16,
     pub bind: Option<IpAddr>,
     pub timeout: Duration,
+    /// Diagnostic: expose the data MR's own rkey (MR registered with remote access) instead of
+    /// binding memory windows; pair with a target run with `--no-invalidate`.
+    pub mr_rkey: bool,
 }
 
 struct Inflight {
@@ -70,6 +73,7 @@ pub struct Rdma {
     data_mr: Mr,
     max_io: usize,
     slots: usize,
+    mr_rkey: bool,
     reply: HelloReply,
     sender: CreditSender,
     receiver: CreditReceiver,
@@ -197,7 +201,12 @@ impl Rdma {
             return Err(ConnectError::Refused(reply.status));
         }
         let max_io = o.max_io.min(reply.max_io_bytes as usize);
-        let data_mr = Mr::new(&pd, o.slots * max_io, Access::LOCAL_WRITE | Access::MW_BIND)?;
+        let data_access = if o.mr_rkey {
+            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
+        } else {
+            Access::LOCAL_WRITE | Access::MW_BIND
+        };
+        let data_mr = Mr::new(&pd, o.slots * max_io, data_access)?;
         let send_mr = Mr::new(&pd, o.slots * SLOT, Access::LOCAL_WRITE)?;
         let mws = (0..o.slots)
             .map(|_| Mw::new_type2(&pd))
@@ -215,6 +224,7 @@ impl Rdma {
             data_mr,
             max_io,
             slots: o.slots,
+            mr_rkey: o.mr_rkey,
             sender: CreditSender::new(reply.initial_credits),
             reply,
             receiver,
@@ -249,6 +259,8 @@ impl Rdma {
         let data_off = slot * self.max_io;
         let mut wrs = Vec::with_capacity(2);
         let mut bind_rkey = None;
+        let rkey_override =
+            rkey_override.or((self.mr_rkey && req.opcode.has_data()).then(|| self.data_mr.rkey()));
         if let Some(rkey) = rkey_override {
             req.buf = RemoteBuf {
                 addr: self.data_mr.addr() + data_off as u64,
@@ -373,7 +385,9 @@ impl Rdma {
                 self.inv_flag_rxe_bit2 += 1;
             }
             let with_inv = wc.with_inv || rxe_bit2;
-            if f.rkey != 0 {
+            if self.mr_rkey {
+                // Diagnostic mode: plain MR rkeys, nothing is invalidated.
+            } else if f.rkey != 0 {
                 if !with_inv {
                     self.inv_missing += 1;
                 } else if wc.invalidated_rkey != f.rkey {
