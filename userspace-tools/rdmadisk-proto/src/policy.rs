@@ -148,6 +148,33 @@ pub enum State {
 }
 
 impl State {
+    /// Whether one policy step may move from `self` to `next` (staying put included): the
+    /// graph `RDMA -> DRAINING -> TCP <-> PROBING -> DRAINING -> RDMA`, where a drain back to
+    /// RDMA may be abandoned. The tests and the fuzzer check every step against it.
+    pub fn may_move_to(self, next: State) -> bool {
+        use State::*;
+        self == next
+            || matches!(
+                (self, next),
+                (Rdma, Draining { to: Transport::Tcp })
+                    | (Draining { to: Transport::Tcp }, Tcp | Probing)
+                    | (Tcp, Probing)
+                    | (Probing, Tcp)
+                    | (
+                        Tcp | Probing,
+                        Draining {
+                            to: Transport::Rdma
+                        }
+                    )
+                    | (
+                        Draining {
+                            to: Transport::Rdma
+                        },
+                        Rdma | Tcp | Probing
+                    )
+            )
+    }
+
     /// The transport new I/O is issued on, or `None` while draining (the
     /// queues are quiesced).
     pub fn transport(self) -> Option<Transport> {
@@ -882,30 +909,6 @@ mod tests {
         (e, 0u64..3_000)
     }
 
-    fn transition_allowed(from: State, to: State) -> bool {
-        use State::*;
-        from == to
-            || matches!(
-                (from, to),
-                (Rdma, Draining { to: Transport::Tcp })
-                    | (Draining { to: Transport::Tcp }, Tcp | Probing)
-                    | (Tcp, Probing)
-                    | (Probing, Tcp)
-                    | (
-                        Tcp | Probing,
-                        Draining {
-                            to: Transport::Rdma
-                        }
-                    )
-                    | (
-                        Draining {
-                            to: Transport::Rdma
-                        },
-                        Rdma | Tcp | Probing
-                    )
-            )
-    }
-
     proptest! {
         #[test]
         fn random_events_keep_state_and_action_consistent(events in proptest::collection::vec(ev(), 0..300)) {
@@ -929,7 +932,7 @@ mod tests {
                     }
                 };
                 let after = p.state();
-                prop_assert!(transition_allowed(before, after), "{:?} -> {:?} on {:?}", before, after, e);
+                prop_assert!(before.may_move_to(after), "{:?} -> {:?} on {:?}", before, after, e);
                 match action {
                     Action::None => prop_assert!(
                         before == after || matches!((before, after), (State::Tcp, State::Probing) | (State::Probing, State::Tcp)),

@@ -17,30 +17,6 @@ const DRAIN_RDMA: State = State::Draining {
     to: Transport::Rdma,
 };
 
-fn transition_allowed(from: State, to: State) -> bool {
-    use State::*;
-    from == to
-        || matches!(
-            (from, to),
-            (Rdma, Draining { to: Transport::Tcp })
-                | (Draining { to: Transport::Tcp }, Tcp | Probing)
-                | (Tcp, Probing)
-                | (Probing, Tcp)
-                | (
-                    Tcp | Probing,
-                    Draining {
-                        to: Transport::Rdma
-                    }
-                )
-                | (
-                    Draining {
-                        to: Transport::Rdma
-                    },
-                    Rdma | Tcp | Probing
-                )
-        )
-}
-
 /// The credit pair plus what the hardware holds.
 struct Link {
     rx: CreditReceiver,
@@ -160,7 +136,7 @@ fuzz_target!(|data: &[u8]| {
             _ => p.on_tick(now),
         };
         let after = p.state();
-        assert!(transition_allowed(before, after), "{before:?} -> {after:?}");
+        assert!(before.may_move_to(after), "{before:?} -> {after:?}");
         match action {
             Action::None => assert!(
                 before == after
