@@ -9,6 +9,7 @@
 
 pub mod crc32c;
 pub mod credits;
+pub mod options;
 pub mod policy;
 pub mod wire;
 

@@ -1,0 +1,499 @@
+//! The `key=value` option strings written to the module's control files
+//! (`probe`, and later `map_device`), in the style of RNBD's `map_device`.
+//!
+//! Input is whitespace-separated tokens, each `key=value`, except the bare
+//! flag `ro`. Keys may appear once. Parsing is pure and allocation-free so
+//! that the kernel module runs exactly the code tested here; every error
+//! names the offending key so the module can log it.
+
+use core::fmt;
+
+use super::wire::ExportName;
+
+/// Longest device name accepted by `name=`, in bytes.
+pub const DEVICE_NAME_MAX: usize = 32;
+/// Most hardware queues a device may ask for with `queues=`.
+pub const MAX_QUEUES: u16 = 256;
+/// rdma_cm port used when `port=` is absent (the target's default too).
+pub const DEFAULT_RDMA_PORT: u16 = 7700;
+/// Longest unknown key quoted back in an error, in bytes.
+pub const KEY_QUOTE_MAX: usize = 32;
+
+/// The keys this parser knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// `name=`: the block device's name.
+    Name,
+    /// `addr=`: the target's IPv4 address.
+    Addr,
+    /// `port=`: the target's rdma_cm port.
+    Port,
+    /// `export=`: the export to attach to.
+    Export,
+    /// `ro` or `ro=0|1`: map read-only.
+    Ro,
+    /// `queues=`: number of hardware queues.
+    Queues,
+    /// `tcp_port=`: the target's TCP fallback port.
+    TcpPort,
+}
+
+impl Key {
+    /// Every key, in the order they are documented.
+    pub const ALL: [Key; 7] = [
+        Key::Name,
+        Key::Addr,
+        Key::Port,
+        Key::Export,
+        Key::Ro,
+        Key::Queues,
+        Key::TcpPort,
+    ];
+
+    /// The key as written in the option string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Key::Name => "name",
+            Key::Addr => "addr",
+            Key::Port => "port",
+            Key::Export => "export",
+            Key::Ro => "ro",
+            Key::Queues => "queues",
+            Key::TcpPort => "tcp_port",
+        }
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<Key> {
+        Key::ALL.into_iter().find(|k| k.as_str().as_bytes() == b)
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A key the parser does not know, kept (truncated to [`KEY_QUOTE_MAX`]
+/// bytes, non-printable bytes shown as `?`) so the error can quote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownKey {
+    bytes: [u8; KEY_QUOTE_MAX],
+    len: u8,
+}
+
+impl UnknownKey {
+    fn new(raw: &[u8]) -> UnknownKey {
+        let mut bytes = [0; KEY_QUOTE_MAX];
+        let len = raw.len().min(KEY_QUOTE_MAX);
+        for (d, &s) in bytes.iter_mut().zip(&raw[..len]) {
+            *d = if s.is_ascii_graphic() { s } else { b'?' };
+        }
+        UnknownKey {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    /// The quoted key; always printable ASCII.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("?")
+    }
+}
+
+/// Why an option string was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionError {
+    /// A key this parser does not know.
+    UnknownKey(UnknownKey),
+    /// A key given twice.
+    Duplicate(Key),
+    /// A value that does not parse, is out of range, or is empty.
+    BadValue(Key),
+    /// A key that needs a value was given without `=`.
+    MissingValue(Key),
+    /// A key the caller requires is absent.
+    Missing(Key),
+    /// Nothing but whitespace.
+    Empty,
+}
+
+impl OptionError {
+    /// The key the error is about, for callers that log it separately;
+    /// `None` for [`OptionError::UnknownKey`] and [`OptionError::Empty`].
+    pub fn key(&self) -> Option<Key> {
+        match *self {
+            OptionError::Duplicate(k)
+            | OptionError::BadValue(k)
+            | OptionError::MissingValue(k)
+            | OptionError::Missing(k) => Some(k),
+            OptionError::UnknownKey(_) | OptionError::Empty => None,
+        }
+    }
+}
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionError::UnknownKey(k) => write!(f, "unknown key '{}'", k.as_str()),
+            OptionError::Duplicate(k) => write!(f, "duplicate key '{k}'"),
+            OptionError::BadValue(k) => write!(f, "bad value for key '{k}'"),
+            OptionError::MissingValue(k) => write!(f, "key '{k}' needs a value"),
+            OptionError::Missing(k) => write!(f, "missing key '{k}'"),
+            OptionError::Empty => f.write_str("no options given"),
+        }
+    }
+}
+
+/// A block device name: 1..=[`DEVICE_NAME_MAX`] bytes of `[A-Za-z0-9._-]`,
+/// so it is safe in sysfs, logs and `/dev` without escaping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceName {
+    bytes: [u8; DEVICE_NAME_MAX],
+    len: u8,
+}
+
+impl DeviceName {
+    /// Validates `name`; `None` if it is empty, too long or has other bytes.
+    pub fn new(name: &[u8]) -> Option<DeviceName> {
+        if name.is_empty()
+            || name.len() > DEVICE_NAME_MAX
+            || !name
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+        {
+            return None;
+        }
+        let mut bytes = [0; DEVICE_NAME_MAX];
+        bytes[..name.len()].copy_from_slice(name);
+        Some(DeviceName {
+            bytes,
+            len: name.len() as u8,
+        })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("?")
+    }
+}
+
+/// The parsed options; each field is `None` (or `false`) when its key was
+/// absent, so callers decide which keys they need ([`Options::require`]) and
+/// what the defaults are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// `name=`.
+    pub name: Option<DeviceName>,
+    /// `addr=`, the four octets in network order.
+    pub addr: Option<[u8; 4]>,
+    /// `port=`, non-zero.
+    pub port: Option<u16>,
+    /// `export=`.
+    pub export: Option<ExportName>,
+    /// `ro` / `ro=1`.
+    pub read_only: bool,
+    /// `queues=`, `1..=MAX_QUEUES`.
+    pub queues: Option<u16>,
+    /// `tcp_port=`, non-zero.
+    pub tcp_port: Option<u16>,
+}
+
+impl Options {
+    /// Parses `input` (ASCII, whitespace-separated tokens; a trailing newline
+    /// as `echo` writes is fine). The first error found wins.
+    pub fn parse(input: &[u8]) -> Result<Options, OptionError> {
+        let mut o = Options::default();
+        let mut seen = 0u8;
+        let mut any = false;
+        for tok in input
+            .split(|c| c.is_ascii_whitespace())
+            .filter(|t| !t.is_empty())
+        {
+            any = true;
+            let (k, v) = match tok.iter().position(|&c| c == b'=') {
+                Some(i) => (&tok[..i], Some(&tok[i + 1..])),
+                None => (tok, None),
+            };
+            let key = Key::from_bytes(k).ok_or(OptionError::UnknownKey(UnknownKey::new(k)))?;
+            if seen & key.bit() != 0 {
+                return Err(OptionError::Duplicate(key));
+            }
+            seen |= key.bit();
+            o.set(key, v)?;
+        }
+        if any {
+            Ok(o)
+        } else {
+            Err(OptionError::Empty)
+        }
+    }
+
+    fn set(&mut self, key: Key, value: Option<&[u8]>) -> Result<(), OptionError> {
+        let bad = OptionError::BadValue(key);
+        if key == Key::Ro {
+            self.read_only = match value {
+                None | Some(b"1") => true,
+                Some(b"0") => false,
+                Some(_) => return Err(bad),
+            };
+            return Ok(());
+        }
+        let v = value.ok_or(OptionError::MissingValue(key))?;
+        match key {
+            Key::Name => self.name = Some(DeviceName::new(v).ok_or(bad)?),
+            Key::Addr => self.addr = Some(parse_ipv4(v).ok_or(bad)?),
+            Key::Port => self.port = Some(parse_port(v).ok_or(bad)?),
+            Key::TcpPort => self.tcp_port = Some(parse_port(v).ok_or(bad)?),
+            Key::Export => self.export = Some(ExportName::new(v).map_err(|_| bad)?),
+            Key::Queues => {
+                let q = parse_u16(v).filter(|q| (1..=MAX_QUEUES).contains(q));
+                self.queues = Some(q.ok_or(bad)?);
+            }
+            Key::Ro => {}
+        }
+        Ok(())
+    }
+
+    /// Checks that every key in `keys` was given; the first absent one is
+    /// the error. (`ro` is a flag and always counts as given.)
+    pub fn require(&self, keys: &[Key]) -> Result<(), OptionError> {
+        for &k in keys {
+            let present = match k {
+                Key::Name => self.name.is_some(),
+                Key::Addr => self.addr.is_some(),
+                Key::Port => self.port.is_some(),
+                Key::Export => self.export.is_some(),
+                Key::Ro => true,
+                Key::Queues => self.queues.is_some(),
+                Key::TcpPort => self.tcp_port.is_some(),
+            };
+            if !present {
+                return Err(OptionError::Missing(k));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that no key outside `allowed` was given, for control files
+    /// that take only some of the keys. The first extra key is the error,
+    /// reported as [`OptionError::UnknownKey`].
+    pub fn only(&self, allowed: &[Key]) -> Result<(), OptionError> {
+        for k in Key::ALL {
+            let present = match k {
+                Key::Name => self.name.is_some(),
+                Key::Addr => self.addr.is_some(),
+                Key::Port => self.port.is_some(),
+                Key::Export => self.export.is_some(),
+                Key::Ro => self.read_only,
+                Key::Queues => self.queues.is_some(),
+                Key::TcpPort => self.tcp_port.is_some(),
+            };
+            if present && !allowed.contains(&k) {
+                return Err(OptionError::UnknownKey(UnknownKey::new(
+                    k.as_str().as_bytes(),
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decimal `u16` of 1..=5 digits, no sign, no leading `+`.
+fn parse_u16(v: &[u8]) -> Option<u16> {
+    if v.is_empty() || v.len() > 5 {
+        return None;
+    }
+    let mut n: u32 = 0;
+    for &c in v {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + u32::from(c - b'0');
+    }
+    u16::try_from(n).ok()
+}
+
+fn parse_port(v: &[u8]) -> Option<u16> {
+    parse_u16(v).filter(|&p| p != 0)
+}
+
+/// Dotted-quad IPv4. Leading zeros are refused because some tools read
+/// them as octal, so `010.0.0.1` would mean different hosts to different
+/// programs.
+fn parse_ipv4(v: &[u8]) -> Option<[u8; 4]> {
+    let mut out = [0u8; 4];
+    let mut parts = v.split(|&c| c == b'.');
+    for o in out.iter_mut() {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 3 || (p.len() > 1 && p[0] == b'0') {
+            return None;
+        }
+        let n = parse_u16(p)?;
+        *o = u8::try_from(n).ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(s: &str) -> OptionError {
+        Options::parse(s.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn probe_line() {
+        let o = Options::parse(b"addr=192.0.2.2 port=7700 export=disk0\n").unwrap();
+        assert_eq!(o.addr, Some([192, 0, 2, 2]));
+        assert_eq!(o.port, Some(7700));
+        assert_eq!(o.export.unwrap().as_str(), "disk0");
+        assert!(!o.read_only);
+        assert_eq!(o.name, None);
+        o.require(&[Key::Addr, Key::Export]).unwrap();
+        o.only(&[Key::Addr, Key::Port, Key::Export]).unwrap();
+    }
+
+    #[test]
+    fn map_line_all_keys() {
+        let o = Options::parse(
+            b"  name=rd0\taddr=10.1.2.3  port=1 export=a.b-c_d ro queues=256 tcp_port=65535 ",
+        )
+        .unwrap();
+        assert_eq!(o.name.unwrap().as_str(), "rd0");
+        assert_eq!(o.addr, Some([10, 1, 2, 3]));
+        assert_eq!(o.port, Some(1));
+        assert!(o.read_only);
+        assert_eq!(o.queues, Some(256));
+        assert_eq!(o.tcp_port, Some(65535));
+        assert_eq!(
+            o.only(&[Key::Addr, Key::Port, Key::Export]),
+            Err(OptionError::UnknownKey(UnknownKey::new(b"name")))
+        );
+    }
+
+    #[test]
+    fn ro_forms() {
+        assert!(Options::parse(b"ro=1").unwrap().read_only);
+        assert!(!Options::parse(b"ro=0").unwrap().read_only);
+        assert_eq!(err("ro=yes"), OptionError::BadValue(Key::Ro));
+        assert_eq!(err("ro ro=0"), OptionError::Duplicate(Key::Ro));
+    }
+
+    #[test]
+    fn unknown_and_duplicate_keys_are_named() {
+        let e = err("addr=1.2.3.4 colour=blue");
+        assert_eq!(e, OptionError::UnknownKey(UnknownKey::new(b"colour")));
+        let mut s = [0u8; 64];
+        let n = fmt_into(&mut s, &e);
+        assert_eq!(&s[..n], b"unknown key 'colour'");
+        assert_eq!(err("port=1 port=2"), OptionError::Duplicate(Key::Port));
+        assert_eq!(err("=5"), OptionError::UnknownKey(UnknownKey::new(b"")));
+        assert_eq!(err("Addr=1.2.3.4").key(), None);
+    }
+
+    #[test]
+    fn unknown_key_is_truncated_and_printable() {
+        let long = [b'x'; 100];
+        let mut input = [0u8; 102];
+        input[..100].copy_from_slice(&long);
+        input[100] = b'=';
+        input[101] = b'1';
+        match Options::parse(&input).unwrap_err() {
+            OptionError::UnknownKey(k) => assert_eq!(k.as_str().len(), KEY_QUOTE_MAX),
+            e => panic!("{e:?}"),
+        }
+        match err("a\u{7f}b=1") {
+            OptionError::UnknownKey(k) => assert_eq!(k.as_str(), "a?b"),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (s, k) in [
+            ("addr=1.2.3", Key::Addr),
+            ("addr=1.2.3.4.5", Key::Addr),
+            ("addr=256.1.1.1", Key::Addr),
+            ("addr=01.1.1.1", Key::Addr),
+            ("addr=1..1.1", Key::Addr),
+            ("addr=a.b.c.d", Key::Addr),
+            ("addr=", Key::Addr),
+            ("port=0", Key::Port),
+            ("port=65536", Key::Port),
+            ("port=-1", Key::Port),
+            ("port=+1", Key::Port),
+            ("port=123456", Key::Port),
+            ("tcp_port=0", Key::TcpPort),
+            ("queues=0", Key::Queues),
+            ("queues=257", Key::Queues),
+            ("export=", Key::Export),
+            ("export=a/b", Key::Export),
+            ("export=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", Key::Export),
+            ("name=", Key::Name),
+            ("name=x/y", Key::Name),
+        ] {
+            let e = err(s);
+            assert_eq!(e.key(), Some(k), "{s}: {e:?}");
+            assert_eq!(e, OptionError::BadValue(k), "{s}");
+        }
+        assert_eq!(Options::parse(b"addr=0.0.0.0").unwrap().addr, Some([0; 4]));
+        assert_eq!(
+            Options::parse(b"addr=255.255.255.255").unwrap().addr,
+            Some([255; 4])
+        );
+    }
+
+    #[test]
+    fn missing_values_and_keys() {
+        assert_eq!(err("port"), OptionError::MissingValue(Key::Port));
+        assert_eq!(err(""), OptionError::Empty);
+        assert_eq!(err(" \n\t"), OptionError::Empty);
+        let o = Options::parse(b"addr=1.2.3.4").unwrap();
+        assert_eq!(
+            o.require(&[Key::Addr, Key::Export]),
+            Err(OptionError::Missing(Key::Export))
+        );
+    }
+
+    #[test]
+    fn never_panics_on_odd_bytes() {
+        let mut buf = [0u8; 8];
+        for seed in 0u32..20_000 {
+            let mut x = seed.wrapping_mul(2_654_435_761);
+            for b in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *b = b"ap=. 0\n9x\xff"[(x % 10) as usize];
+            }
+            let _ = Options::parse(&buf);
+        }
+    }
+
+    fn fmt_into(out: &mut [u8], e: &OptionError) -> usize {
+        struct W<'a>(&'a mut [u8], usize);
+        impl fmt::Write for W<'_> {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                let end = self.1 + s.len();
+                self.0
+                    .get_mut(self.1..end)
+                    .ok_or(fmt::Error)?
+                    .copy_from_slice(s.as_bytes());
+                self.1 = end;
+                Ok(())
+            }
+        }
+        let mut w = W(out, 0);
+        fmt::write(&mut w, format_args!("{e}")).unwrap();
+        w.1
+    }
+}
