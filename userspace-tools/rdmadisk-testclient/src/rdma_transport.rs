@@ -80,6 +80,10 @@ pub struct Rdma {
     inflight: HashMap<u32, Inflight>,
     ready: VecDeque<Done>,
     timeout: Duration,
+    /// Signaled send-queue work requests (binds and sends) not yet completed.
+    sq_outstanding: usize,
+    /// Times a bind waited for the send queue to drain (the rxe workaround below).
+    bind_drain_waits: u64,
     // Checks.
     inv_ok: u64,
     inv_flag_abi: u64,
@@ -231,6 +235,8 @@ impl Rdma {
             inflight: HashMap::new(),
             ready: VecDeque::new(),
             timeout: o.timeout,
+            sq_outstanding: 0,
+            bind_drain_waits: 0,
             inv_ok: 0,
             inv_flag_abi: 0,
             inv_flag_rxe_bit2: 0,
@@ -254,6 +260,26 @@ impl Rdma {
         mut req: Request,
         rkey_override: Option<u32>,
     ) -> io::Result<()> {
+        let will_bind = rkey_override.is_none() && !self.mr_rkey && req.opcode.has_data();
+        if will_bind && self.sq_outstanding > 0 {
+            // rxe workaround: after a retransmission timeout rxe's requester restarts at the
+            // oldest unacknowledged WQE and re-executes every local operation after it, so a
+            // Bind-MW that already ran behind a still-unacknowledged Send is run again, fails
+            // (the window's key has moved on), and takes the QP to the error state with only
+            // flush completions. Binding only on an empty send queue (and signaling the bind, so
+            // it is retired at once) keeps every bind out of any retransmission's way.
+            self.bind_drain_waits += 1;
+            let deadline = Instant::now() + self.timeout;
+            while self.sq_outstanding > 0 {
+                if Instant::now() > deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "send queue did not drain",
+                    ));
+                }
+                self.poll_once(Duration::from_millis(200))?;
+            }
+        }
         req.credits = self.receiver.take_grant();
         let off = slot * SLOT;
         let data_off = slot * self.max_io;
@@ -297,7 +323,7 @@ impl Rdma {
                     access,
                 },
                 local: None,
-                signaled: false,
+                signaled: true,
             });
         }
         wrs.push(SendWr {
@@ -306,7 +332,9 @@ impl Rdma {
             local: Some((&self.send_mr, off, REQUEST_LEN)),
             signaled: true,
         });
+        let signaled = wrs.iter().filter(|w| w.signaled).count();
         self.id.post_send(&wrs)?;
+        self.sq_outstanding += signaled;
         if bind_rkey.is_some() {
             self.binds += 1;
             if self.bound_before[slot] {
@@ -352,6 +380,7 @@ impl Rdma {
         for wc in wcs {
             let kind = wc.wr_id >> 56;
             if kind != K_RECV {
+                self.sq_outstanding = self.sq_outstanding.saturating_sub(1);
                 continue;
             }
             self.responses += 1;
@@ -553,6 +582,11 @@ impl Transport for Rdma {
                 true,
             ),
             ("mw_binds".into(), self.binds, false),
+            (
+                "binds_after_send_queue_drain".into(),
+                self.bind_drain_waits,
+                false,
+            ),
             (
                 "mw_rebinds_after_invalidation".into(),
                 self.rebinds_after_invalidation,
