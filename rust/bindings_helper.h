@@ -3,5 +3,8 @@
 #include <linux/device.h>
 #include <linux/device/class.h>
 #include <linux/sysfs.h>
+#include <linux/in.h>
+#include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/rdma_cm.h>
 #include "rdmadisk_helpers.h"

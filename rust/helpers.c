@@ -13,3 +13,54 @@ void *rdmadisk_dev_get_drvdata(const struct device *dev)
 {
 	return dev_get_drvdata(dev);
 }
+
+bool rdmadisk_ib_device_try_get(struct ib_device *dev)
+{
+	return ib_device_try_get(dev);
+}
+
+int rdmadisk_ib_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+			  const struct ib_send_wr **bad_wr)
+{
+	return ib_post_send(qp, wr, bad_wr);
+}
+
+int rdmadisk_ib_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
+			  const struct ib_recv_wr **bad_wr)
+{
+	return ib_post_recv(qp, wr, bad_wr);
+}
+
+u64 rdmadisk_ib_dma_map_single(struct ib_device *dev, void *cpu_addr, size_t size,
+			       enum dma_data_direction direction)
+{
+	return ib_dma_map_single(dev, cpu_addr, size, direction);
+}
+
+void rdmadisk_ib_dma_unmap_single(struct ib_device *dev, u64 addr, size_t size,
+				  enum dma_data_direction direction)
+{
+	ib_dma_unmap_single(dev, addr, size, direction);
+}
+
+int rdmadisk_ib_dma_mapping_error(struct ib_device *dev, u64 dma_addr)
+{
+	return ib_dma_mapping_error(dev, dma_addr);
+}
+
+void rdmadisk_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr, size_t size,
+					 enum dma_data_direction dir)
+{
+	ib_dma_sync_single_for_cpu(dev, addr, size, dir);
+}
+
+void rdmadisk_ib_dma_sync_single_for_device(struct ib_device *dev, u64 addr, size_t size,
+					    enum dma_data_direction dir)
+{
+	ib_dma_sync_single_for_device(dev, addr, size, dir);
+}
+
+void rdmadisk_ib_update_fast_reg_key(struct ib_mr *mr, u8 newkey)
+{
+	ib_update_fast_reg_key(mr, newkey);
+}
