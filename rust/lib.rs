@@ -9,4 +9,6 @@
 
 mod bindings;
 pub(crate) mod ib_client;
+pub(crate) mod rdma_cm;
 pub(crate) mod sysfs;
+pub(crate) mod verbs;

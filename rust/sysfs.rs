@@ -102,6 +102,11 @@ impl<T: Send + Sync + 'static> Attr<T> {
     pub(crate) const fn ro(name: &'static CStr, show: ShowFn<T>) -> Self {
         Self::new(name, 0o444, Some(show), None)
     }
+
+    /// A write-only (0200) attribute.
+    pub(crate) const fn wo(name: &'static CStr, store: StoreFn<T>) -> Self {
+        Self::new(name, 0o200, None, Some(store))
+    }
 }
 
 /// # Safety

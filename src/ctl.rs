@@ -88,6 +88,7 @@ impl Ctl {
 
 static IB_DEVICES: Attr<Ctl> = Attr::ro(c_str!("ib_devices"), Ctl::show_ib_devices);
 static VERSION: Attr<Ctl> = Attr::ro(c_str!("version"), Ctl::show_version);
+static PROBE: Attr<Ctl> = Attr::wo(c_str!("probe"), |_, input| crate::probe::probe(input));
 
 /// The attributes of `/sys/class/rdmadisk/ctl/`.
-pub(crate) static ATTRS: &[&Attr<Ctl>] = &[&IB_DEVICES, &VERSION];
+pub(crate) static ATTRS: &[&Attr<Ctl>] = &[&IB_DEVICES, &VERSION, &PROBE];

@@ -14,6 +14,7 @@ use kernel::{c_str, prelude::*, sync::Arc};
 mod kapi;
 
 mod ctl;
+mod probe;
 mod proto;
 mod rdma_devices;
 

@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rdma_cm: the active side of an RC connection (resolve, create the QP, connect with private
+//! data, disconnect), with events delivered to a Rust handler.
+//!
+//! The CM calls the handler from its own work items, in process context, serialised per id.
+//! The handler only sees a [`CmEvent`] (private data copied out, since the CM's buffer is gone
+//! when the handler returns) and never the id, so it cannot destroy the id from inside the
+//! callback, which the CM forbids. The owner acts on events from its own context.
+//!
+//! Teardown follows drivers/nvme/host/rdma.c: disconnect, drain the QP (every posted buffer
+//! comes back through its completion), destroy the QP, free the CQ, destroy the id. Dropping a
+//! [`CmId`] does the last four; [`CmId::disconnect`] is the owner's call, since it is also how
+//! a live connection is closed while the QP is kept for draining.
+
+use core::ptr::{self, NonNull};
+use kernel::{ffi, prelude::*, sync::Arc};
+
+use super::bindings as b;
+use super::verbs::{Cq, DeviceRef, Msg, MsgDir, MsgOwner, Pd};
+
+/// Largest private data rdma_cm carries (an IB CM REP: 196 bytes; a REQ carries 56).
+pub(crate) const PRIVATE_DATA_MAX: usize = 196;
+
+/// Private data copied out of a CM event.
+#[derive(Clone, Copy)]
+pub(crate) struct PrivateData {
+    bytes: [u8; PRIVATE_DATA_MAX],
+    len: u8,
+}
+
+impl PrivateData {
+    /// # Safety
+    ///
+    /// `p` must be null or valid for reads of `len` bytes.
+    unsafe fn copy(p: *const ffi::c_void, len: u8) -> Self {
+        let mut out = Self {
+            bytes: [0; PRIVATE_DATA_MAX],
+            len: 0,
+        };
+        if !p.is_null() {
+            let n = usize::from(len).min(PRIVATE_DATA_MAX);
+            // SAFETY: The caller guarantees `len` readable bytes; we copy at most that many.
+            let src = unsafe { core::slice::from_raw_parts(p.cast::<u8>(), n) };
+            out.bytes[..n].copy_from_slice(src);
+            out.len = n as u8;
+        }
+        out
+    }
+
+    /// The bytes the peer sent (possibly padded by the transport).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// An rdma_cm event, as the handler sees it.
+#[derive(Clone, Copy)]
+pub(crate) enum CmEvent {
+    /// `resolve_addr` finished: the id is bound to a local RDMA device.
+    AddrResolved,
+    /// `resolve_addr` failed, with this errno (negative).
+    AddrError(i32),
+    /// `resolve_route` finished.
+    RouteResolved,
+    /// `resolve_route` failed, with this errno (negative).
+    RouteError(i32),
+    /// The connection is up; the peer's accept private data.
+    Established(PrivateData),
+    /// The peer (or the CM on its behalf) refused. `status` is the IB CM reject reason;
+    /// `consumer_data` is the peer application's reject private data, when it sent any.
+    Rejected {
+        /// IB CM reject reason (28 is "consumer defined", 8 "invalid service ID": no listener).
+        status: i32,
+        /// The private data the peer's application rejected with.
+        consumer_data: Option<PrivateData>,
+    },
+    /// The peer did not answer the CM (negative errno, usually `-ETIMEDOUT`).
+    Unreachable(i32),
+    /// The connection could not be set up locally (negative errno).
+    ConnectError(i32),
+    /// The connection is gone (peer disconnect, or ours completing).
+    Disconnected,
+    /// The RDMA device is being removed; the owner must drop the [`CmId`] promptly, since the
+    /// removal waits for it.
+    DeviceRemoval,
+    /// The QP left timewait; its number may be reused.
+    TimewaitExit,
+    /// The local address moved to another device; the connection should be rebuilt.
+    AddrChange,
+    /// Any other event (number, status), for the log.
+    Other(u32, i32),
+}
+
+impl CmEvent {
+    /// The event's name, for logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            CmEvent::AddrResolved => "ADDR_RESOLVED",
+            CmEvent::AddrError(_) => "ADDR_ERROR",
+            CmEvent::RouteResolved => "ROUTE_RESOLVED",
+            CmEvent::RouteError(_) => "ROUTE_ERROR",
+            CmEvent::Established(_) => "ESTABLISHED",
+            CmEvent::Rejected { .. } => "REJECTED",
+            CmEvent::Unreachable(_) => "UNREACHABLE",
+            CmEvent::ConnectError(_) => "CONNECT_ERROR",
+            CmEvent::Disconnected => "DISCONNECTED",
+            CmEvent::DeviceRemoval => "DEVICE_REMOVAL",
+            CmEvent::TimewaitExit => "TIMEWAIT_EXIT",
+            CmEvent::AddrChange => "ADDR_CHANGE",
+            CmEvent::Other(..) => "other",
+        }
+    }
+}
+
+/// Receives the events of one [`CmId`].
+pub(crate) trait CmHandler: Send + Sync + 'static {
+    /// Called in process context, one event at a time per id. May sleep briefly (take a
+    /// mutex, allocate), but must not wait for the owner's actions on this id (destroying or
+    /// connecting it), which wait for the handler.
+    fn event(&self, ev: CmEvent);
+}
+
+/// Sizes of a QP.
+#[derive(Clone, Copy)]
+pub(crate) struct QpCaps {
+    /// Send queue depth (Sends plus, later, REG_MR and LOCAL_INV).
+    pub(crate) send_wr: u32,
+    /// Receive queue depth.
+    pub(crate) recv_wr: u32,
+}
+
+/// Parameters of [`CmId::connect`].
+#[derive(Clone, Copy)]
+pub(crate) struct ConnParams {
+    /// RDMA Reads the peer may have outstanding against us.
+    pub(crate) responder_resources: u8,
+    /// RDMA Reads we may have outstanding against the peer.
+    pub(crate) initiator_depth: u8,
+    /// Transport retries (0..=7).
+    pub(crate) retry_count: u8,
+    /// RNR retries; 0 so that a credit bug is an error, not a silent stall.
+    pub(crate) rnr_retry_count: u8,
+}
+
+struct QpRes {
+    qp: NonNull<b::ib_qp>,
+    // Dropped after the QP is destroyed (see `Drop`).
+    cq: Arc<Cq>,
+    _pd: Arc<Pd>,
+}
+
+/// An rdma_cm id on the active side, RC, in the initial network namespace (where rxe and
+/// hardware RoCE devices live), with its QP once created.
+pub(crate) struct CmId<H: CmHandler> {
+    id: NonNull<b::rdma_cm_id>,
+    qp: Option<QpRes>,
+    // The id's context points here; kept alive until the id is destroyed.
+    _handler: Arc<H>,
+}
+
+// SAFETY: rdma_cm and the verbs it hands out lock internally; `&mut self` guards QP creation
+// and `Drop`.
+unsafe impl<H: CmHandler> Send for CmId<H> {}
+// SAFETY: The `&self` methods call rdma_cm/verbs entry points that are safe to call
+// concurrently (each takes the id's or the QP's locks).
+unsafe impl<H: CmHandler> Sync for CmId<H> {}
+
+impl<H: CmHandler> CmId<H> {
+    /// Creates the id; `handler` receives its events until it is dropped.
+    pub(crate) fn new(handler: Arc<H>) -> Result<Self> {
+        let ctx = ptr::from_ref::<H>(&handler)
+            .cast_mut()
+            .cast::<ffi::c_void>();
+        // SAFETY: `init_net` lives forever; `cm_handler::<H>` interprets `ctx` as `*const H`,
+        // which it is, and `handler` outlives the id (`Drop` destroys the id first). The
+        // caller name is static.
+        let raw = unsafe {
+            b::__rdma_create_kernel_id(
+                ptr::addr_of_mut!(b::init_net),
+                Some(cm_handler::<H>),
+                ctx,
+                b::rdma_ucm_port_space_RDMA_PS_TCP,
+                b::ib_qp_type_IB_QPT_RC,
+                kernel::c_str!("rdmadisk").as_char_ptr(),
+            )
+        };
+        let id = NonNull::new(kernel::error::from_err_ptr(raw)?).ok_or(ENOMEM)?;
+        Ok(Self {
+            id,
+            qp: None,
+            _handler: handler,
+        })
+    }
+
+    /// Starts resolving `addr:port` (IPv4) to a local RDMA device and a destination;
+    /// [`CmEvent::AddrResolved`] or [`CmEvent::AddrError`] follows within about `timeout_ms`.
+    pub(crate) fn resolve_addr(&self, addr: [u8; 4], port: u16, timeout_ms: u32) -> Result {
+        // SAFETY: All-zero is a valid `sockaddr_in`; the family, port and address are set
+        // below.
+        let mut dst: b::sockaddr_in = unsafe { core::mem::zeroed() };
+        dst.sin_family = b::AF_INET as u16;
+        dst.sin_port = port.to_be();
+        dst.sin_addr.s_addr = u32::from_ne_bytes(addr);
+        // SAFETY: `id` is live; the CM copies `dst` before returning; a null source lets it
+        // pick the local address from the route.
+        let ret = unsafe {
+            b::rdma_resolve_addr(
+                self.id.as_ptr(),
+                ptr::null_mut(),
+                ptr::from_ref(&dst).cast(),
+                timeout_ms as ffi::c_ulong,
+            )
+        };
+        kernel::error::to_result(ret)
+    }
+
+    /// Starts resolving the route; [`CmEvent::RouteResolved`] or [`CmEvent::RouteError`]
+    /// follows. Only after [`CmEvent::AddrResolved`].
+    pub(crate) fn resolve_route(&self, timeout_ms: u32) -> Result {
+        // SAFETY: `id` is live.
+        kernel::error::to_result(unsafe {
+            b::rdma_resolve_route(self.id.as_ptr(), timeout_ms as ffi::c_ulong)
+        })
+    }
+
+    /// The RDMA device the id is bound to; `ENODEV` before [`CmEvent::AddrResolved`].
+    pub(crate) fn device(&self) -> Result<DeviceRef> {
+        // SAFETY: `id` is live. The CM sets `device` once, during address resolution, and the
+        // owner calls this after that event was delivered, which orders the write before this
+        // read. The device stays valid while the id is bound to it.
+        unsafe {
+            let dev = ptr::read_volatile(ptr::addr_of!((*self.id.as_ptr()).device));
+            DeviceRef::try_get(dev)
+        }
+    }
+
+    /// Creates the RC QP on the id: both queues on `cq`, in `pd`, signalled per work request.
+    /// Only after [`CmEvent::RouteResolved`] (or [`CmEvent::AddrResolved`]), once.
+    pub(crate) fn create_qp(&mut self, pd: &Arc<Pd>, cq: &Arc<Cq>, caps: QpCaps) -> Result {
+        if self.qp.is_some() {
+            return Err(EBUSY);
+        }
+        // SAFETY: All-zero is a valid `ib_qp_init_attr` (no event handler, no SRQ/XRC).
+        let mut attr: b::ib_qp_init_attr = unsafe { core::mem::zeroed() };
+        attr.send_cq = cq.as_ptr();
+        attr.recv_cq = cq.as_ptr();
+        attr.cap.max_send_wr = caps.send_wr;
+        attr.cap.max_recv_wr = caps.recv_wr;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        attr.sq_sig_type = b::ib_sig_type_IB_SIGNAL_REQ_WR;
+        attr.qp_type = b::ib_qp_type_IB_QPT_RC;
+        // SAFETY: `id` is live and bound to the device of `pd` and `cq` (the CM checks and
+        // fails with EINVAL otherwise); `attr` is read during the call only.
+        let ret = unsafe { b::rdma_create_qp(self.id.as_ptr(), pd.as_ptr(), &mut attr) };
+        kernel::error::to_result(ret)?;
+        // SAFETY: `rdma_create_qp` succeeded, so `id->qp` is set and stays until
+        // `rdma_destroy_qp`.
+        let qp = unsafe { (*self.id.as_ptr()).qp };
+        self.qp = Some(QpRes {
+            qp: NonNull::new(qp).ok_or(EINVAL)?,
+            cq: cq.clone(),
+            _pd: pd.clone(),
+        });
+        Ok(())
+    }
+
+    /// Sends a connect request carrying `private_data` (at most 56 bytes on IB/RoCE);
+    /// [`CmEvent::Established`], [`CmEvent::Rejected`], [`CmEvent::Unreachable`] or
+    /// [`CmEvent::ConnectError`] follows. Needs the QP.
+    pub(crate) fn connect(&self, private_data: &[u8], p: ConnParams) -> Result {
+        if self.qp.is_none() {
+            return Err(EINVAL);
+        }
+        let len = u8::try_from(private_data.len()).map_err(|_| EINVAL)?;
+        // SAFETY: All-zero is a valid `rdma_conn_param`.
+        let mut param: b::rdma_conn_param = unsafe { core::mem::zeroed() };
+        param.private_data = private_data.as_ptr().cast();
+        param.private_data_len = len;
+        param.responder_resources = p.responder_resources;
+        param.initiator_depth = p.initiator_depth;
+        param.flow_control = 1;
+        param.retry_count = p.retry_count.min(7);
+        param.rnr_retry_count = p.rnr_retry_count.min(7);
+        // SAFETY: `id` is live with a QP; the CM copies the private data into the request
+        // before returning.
+        kernel::error::to_result(unsafe { b::rdma_connect(self.id.as_ptr(), &mut param) })
+    }
+
+    /// Starts closing the connection (and moves the QP to the error state, flushing posted
+    /// work); [`CmEvent::Disconnected`] follows. Harmless when not connected.
+    pub(crate) fn disconnect(&self) {
+        // SAFETY: `id` is live. An id that never connected returns an error, which means
+        // there was nothing to close.
+        let _ = unsafe { b::rdma_disconnect(self.id.as_ptr()) };
+    }
+
+    /// Posts `msg` as a Receive.
+    pub(crate) fn post_recv<O: MsgOwner>(&self, msg: KBox<Msg<O>>) -> Result {
+        let qp = self.qp.as_ref().ok_or(EINVAL)?.qp;
+        let (raw, cqe, sge) = Msg::into_posted(msg, MsgDir::Recv)?;
+        let wr = b::ib_recv_wr {
+            next: ptr::null_mut(),
+            __bindgen_anon_1: b::ib_recv_wr__bindgen_ty_1 { wr_cqe: cqe },
+            sg_list: sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null();
+        // SAFETY: `qp` is live (owned by the id); `wr` and the SGE it points to are valid
+        // during the call (the driver copies them); the CQE stays valid until the completion
+        // hands the box back.
+        let ret = unsafe { b::rdmadisk_ib_post_recv(qp.as_ptr(), &wr, &mut bad) };
+        if ret != 0 {
+            // SAFETY: The only work request was refused, so the device never got the buffer.
+            drop(unsafe { Msg::reclaim(raw) });
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
+    }
+
+    /// Posts `msg` with a signalled Send.
+    pub(crate) fn post_send<O: MsgOwner>(&self, msg: KBox<Msg<O>>) -> Result {
+        let qp = self.qp.as_ref().ok_or(EINVAL)?.qp;
+        let (raw, cqe, sge) = Msg::into_posted(msg, MsgDir::Send)?;
+        // SAFETY: All-zero is a valid `ib_send_wr`; the fields that matter are set below.
+        let mut wr: b::ib_send_wr = unsafe { core::mem::zeroed() };
+        wr.__bindgen_anon_1.wr_cqe = cqe;
+        wr.sg_list = sge;
+        wr.num_sge = 1;
+        wr.opcode = b::ib_wr_opcode_IB_WR_SEND;
+        wr.send_flags = b::ib_send_flags_IB_SEND_SIGNALED as i32;
+        let mut bad = ptr::null();
+        // SAFETY: As in `post_recv`.
+        let ret = unsafe { b::rdmadisk_ib_post_send(qp.as_ptr(), &wr, &mut bad) };
+        if ret != 0 {
+            // SAFETY: The only work request was refused, so the device never got the buffer.
+            drop(unsafe { Msg::reclaim(raw) });
+            return Err(Error::from_errno(ret));
+        }
+        Ok(())
+    }
+}
+
+impl<H: CmHandler> Drop for CmId<H> {
+    fn drop(&mut self) {
+        if let Some(res) = self.qp.take() {
+            // SAFETY: The QP is live. Draining moves it to the error state and waits until
+            // every posted work request has completed (flushed) and its handler has run, so
+            // every `Msg` has been handed back. Our CQs are never `IB_POLL_DIRECT`, which
+            // draining requires.
+            unsafe { b::ib_drain_qp(res.qp.as_ptr()) };
+            // SAFETY: Nothing is posted any more; destroying the QP detaches it from the id.
+            unsafe { b::rdma_destroy_qp(self.id.as_ptr()) };
+            drop(res.cq);
+        }
+        // SAFETY: The id is ours. `rdma_destroy_id` waits for a running handler and
+        // delivers no events afterwards, so `_handler` may go after it.
+        unsafe { b::rdma_destroy_id(self.id.as_ptr()) };
+    }
+}
+
+unsafe extern "C" fn cm_handler<H: CmHandler>(
+    id: *mut b::rdma_cm_id,
+    ev: *mut b::rdma_cm_event,
+) -> ffi::c_int {
+    // SAFETY: The CM passes a live id and event for the duration of the call. Our ids carry a
+    // `*const H` context that outlives them (see `CmId::new`); a child id of a listener would
+    // inherit it, but we never listen.
+    let (handler, event, status) =
+        unsafe { (&*(*id).context.cast::<H>(), (*ev).event, (*ev).status) };
+    let conn_pd = || {
+        // SAFETY: For ESTABLISHED the `conn` member is the valid one; its private data (when
+        // present) is readable for its length during the callback.
+        unsafe {
+            let c = &(*ev).param.conn;
+            PrivateData::copy(c.private_data, c.private_data_len)
+        }
+    };
+    let e = match event {
+        b::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_RESOLVED => CmEvent::AddrResolved,
+        b::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_ERROR => CmEvent::AddrError(status),
+        b::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_RESOLVED => CmEvent::RouteResolved,
+        b::rdma_cm_event_type_RDMA_CM_EVENT_ROUTE_ERROR => CmEvent::RouteError(status),
+        b::rdma_cm_event_type_RDMA_CM_EVENT_ESTABLISHED => CmEvent::Established(conn_pd()),
+        b::rdma_cm_event_type_RDMA_CM_EVENT_REJECTED => {
+            let mut len = 0u8;
+            // SAFETY: A REJECTED event for this id; the returned data (if any) is readable
+            // for `len` bytes during the callback.
+            let consumer = unsafe {
+                let p = b::rdma_consumer_reject_data(id, ev, &mut len);
+                (!p.is_null()).then(|| PrivateData::copy(p, len))
+            };
+            CmEvent::Rejected {
+                status,
+                consumer_data: consumer,
+            }
+        }
+        b::rdma_cm_event_type_RDMA_CM_EVENT_UNREACHABLE => CmEvent::Unreachable(status),
+        b::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_ERROR => CmEvent::ConnectError(status),
+        b::rdma_cm_event_type_RDMA_CM_EVENT_DISCONNECTED => CmEvent::Disconnected,
+        b::rdma_cm_event_type_RDMA_CM_EVENT_DEVICE_REMOVAL => CmEvent::DeviceRemoval,
+        b::rdma_cm_event_type_RDMA_CM_EVENT_TIMEWAIT_EXIT => CmEvent::TimewaitExit,
+        b::rdma_cm_event_type_RDMA_CM_EVENT_ADDR_CHANGE => CmEvent::AddrChange,
+        // A connect request would be a child id we never asked for: a non-zero return makes
+        // the CM destroy it.
+        b::rdma_cm_event_type_RDMA_CM_EVENT_CONNECT_REQUEST => return -1,
+        other => CmEvent::Other(other, status),
+    };
+    handler.event(e);
+    0
+}
