@@ -9,8 +9,8 @@ use std::sync::Arc;
 use rdmadisk_net::allow::AllowList;
 use rdmadisk_proto::crc32c::crc32c;
 use rdmadisk_proto::wire::{
-    features, req_flags, Hello, HelloReply, HelloStatus, Opcode, Request, Status, SECTOR_SHIFT,
-    SECTOR_SIZE,
+    features, req_flags, Hello, HelloReply, HelloStatus, Opcode, Request, Response, Status,
+    SECTOR_SHIFT, SECTOR_SIZE,
 };
 
 use crate::export::Export;
@@ -182,6 +182,19 @@ impl Target {
             Opcode::WriteZeroes => self.io_status(e.write_zeroes(off, len), e),
             Opcode::Nop => Status::Ok,
             Opcode::Read | Opcode::Write => Status::Invalid,
+        }
+    }
+
+    /// The response to `req`, the same on every transport: it echoes the tag and the rkey,
+    /// reports the length only on success, and grants back the credit the request used.
+    pub fn response(&self, req: &Request, status: Status, data_crc: u32) -> Response {
+        Response {
+            tag: req.tag,
+            status,
+            credits: 1,
+            data_crc,
+            length: if status == Status::Ok { req.length } else { 0 },
+            rkey: req.buf.rkey,
         }
     }
 

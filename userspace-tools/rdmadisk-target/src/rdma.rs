@@ -22,9 +22,7 @@ use rdmadisk_net::rdma::{
     SendOp, SendWr,
 };
 use rdmadisk_proto::credits::CreditSender;
-use rdmadisk_proto::wire::{
-    Hello, HelloReply, HelloStatus, Opcode, Request, Response, Status, RESPONSE_LEN,
-};
+use rdmadisk_proto::wire::{Hello, HelloReply, HelloStatus, Opcode, Request, Status, RESPONSE_LEN};
 
 use crate::engine::{ConnGuard, Target};
 use crate::export::Export;
@@ -490,14 +488,7 @@ impl Conn {
         let Some(slot) = self.send_free.pop() else {
             return;
         };
-        let resp = Response {
-            tag: req.tag,
-            status,
-            credits: 1,
-            data_crc: crc,
-            length: if status == Status::Ok { req.length } else { 0 },
-            rkey: req.buf.rkey,
-        };
+        let resp = t.response(req, status, crc);
         let off = slot * SLOT;
         self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(&resp.to_bytes());
         let invalidate = req.buf.rkey != 0 && !t.limits.no_invalidate;

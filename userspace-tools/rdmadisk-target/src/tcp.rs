@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rdmadisk_net::buf::AlignedBuf;
 use rdmadisk_net::framing::{self, Frame, FrameError};
-use rdmadisk_proto::wire::{HelloReply, HelloStatus, Opcode, Response, Status};
+use rdmadisk_proto::wire::{HelloReply, HelloStatus, Opcode, Status};
 
 use crate::engine::{ConnGuard, Target};
 use crate::stats::Stats;
@@ -166,14 +166,7 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
                 _ => (t.no_data(&export, &req), 0, 0),
             },
         };
-        let resp = Response {
-            tag: req.tag,
-            status,
-            credits: 1,
-            data_crc: crc,
-            length: if status == Status::Ok { req.length } else { 0 },
-            rkey: req.buf.rkey,
-        };
+        let resp = t.response(&req, status, crc);
         if framing::write_response(&mut s, &resp, &buf[..out_len]).is_err() {
             break;
         }
