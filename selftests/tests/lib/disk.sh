@@ -1,0 +1,279 @@
+# shellcheck shell=bash disable=SC2034 # FIO_*, DK_DEV, DK_CS, DK_TS are for the tests that source this
+# Helpers shared by the block-device tests (59-*.sh, 6x-*.sh) and selftests/demo.sh: the
+# userspace target on the storage VM, mapping /dev/rdmadiskN on the compute VM, both sides'
+# counters, and fio with its results parsed.
+#
+# This file lives in tests/lib/ because selftests/run.sh runs every tests/*.sh as a test; it
+# is sourced, never run:  source "$TB_REPO/selftests/tests/lib/disk.sh"
+#
+# State files go to $TB_DIR (shared with both VMs, same path inside), named after the test:
+#   $TB_DIR/<test>.target.{log,stats,pid}   the target's output, counters and pid
+#   $TB_DIR/<test>.fio-<tag>.{out,log,rc}   fio's normal+JSON output, stderr, exit status
+# The target's backing files are sparse files on the storage VM's tmpfs (/run/rdmadisk-tests).
+
+DK_ID=${TB_TEST:-disk}
+DK_UT=$TB_REPO/userspace-tools
+DK_TARGET=$DK_UT/target/release/rdmadisk-target
+DK_KO=$TB_REPO/rdmadisk.ko
+DK_CTL=/sys/class/rdmadisk/ctl
+DK_S=$TB_STORAGE_ADDR
+DK_PORT=7700
+DK_TCP_PORT=7701
+DK_BACKDIR=/run/rdmadisk-tests
+DK_TLOG=$TB_DIR/$DK_ID.target.log
+DK_STATS=$TB_DIR/$DK_ID.target.stats
+DK_TPID=$TB_DIR/$DK_ID.target.pid
+DK_TS=   # last target counters snapshot (dk_tsnap)
+DK_CS=   # last client counters snapshot (dk_csnap)
+DK_MOUNTS=   # mount points dk_cleanup unmounts
+
+res() { # res STATUS DESCRIPTION: one TAP line; returns STATUS
+  if [ "$1" = 0 ]; then echo "ok - $2"; else echo "not ok - $2"; fi
+  return "$1"
+}
+indent() { sed "s/^/  ${1:-}/"; }
+
+# Numbers. A missing counter is empty and must never compare equal to another missing one.
+is_num() { [[ ${1:-} =~ ^[0-9]+$ ]]; }
+n_eq() { is_num "${1:-}" && is_num "${2:-}" && [ "$1" -eq "$2" ]; }
+n_gt() { is_num "${1:-}" && is_num "${2:-}" && [ "$1" -gt "$2" ]; }
+n_le() { is_num "${1:-}" && is_num "${2:-}" && [ "$1" -le "$2" ]; }
+kv() { # kv KEY TEXT: the value of a "KEY=VALUE" line in TEXT
+  sed -n "s/^$1=//p" <<<"$2" | head -n1
+}
+word() { # word KEY TEXT: the value of a "KEY=VALUE" word anywhere in TEXT
+  sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" <<<"$2" | head -n1
+}
+
+# ---------------------------------------------------------------- the target (storage VM)
+
+dk_build() { # builds the target (a no-op when it is current); reports a failure itself
+  if ! (cd "$DK_UT" && nice -n 10 cargo build -q --release -p rdmadisk-target) >&2; then
+    echo "not ok - build the userspace target"
+    return 1
+  fi
+}
+
+dk_backing() { # dk_backing NAME [SIZE]: a fresh sparse backing file on the storage VM; prints its path
+  local f=$DK_BACKDIR/$DK_ID-$1.img
+  on storage "mkdir -p $DK_BACKDIR && rm -f $f && truncate -s ${2:-64M} $f && echo $f"
+}
+
+dk_target_start() { # dk_target_start ARGS...: (re)starts the target with ARGS (--export ... etc.)
+  dk_target_stop >/dev/null
+  on storage "
+rm -f $DK_STATS $DK_TLOG
+setsid $DK_TARGET --listen $DK_S --rdma-port $DK_PORT --tcp-port $DK_TCP_PORT --allow $TB_COMPUTE_ADDR \
+  --stats-file $DK_STATS $* >$DK_TLOG 2>&1 </dev/null &
+echo \$! >$DK_TPID
+for i in \$(seq 100); do grep -q 'rdma listening' $DK_TLOG && exit 0; sleep 0.2; done
+cat $DK_TLOG; exit 1"
+}
+
+dk_target_stop() { # SIGCONT (in case a test stopped it), SIGTERM, wait; status 0 if it exited cleanly
+  on storage "
+[ -s $DK_TPID ] || exit 0
+p=\$(cat $DK_TPID); rm -f $DK_TPID
+kill -0 \$p 2>/dev/null || exit 0
+kill -CONT \$p; kill -TERM \$p
+for i in \$(seq 100); do kill -0 \$p 2>/dev/null || exit 0; sleep 0.2; done
+echo 'target did not exit on SIGTERM; killing it'; kill -KILL \$p; exit 1"
+}
+
+tsum() { # tsum KEY...: the sum of target counters (empty if one is missing)
+  local t=0 k v
+  for k; do v=$(tstat "$k"); is_num "$v" || return 0; t=$((t + v)); done
+  echo "$t"
+}
+
+dk_tsnap() { # the target's counters now: SIGUSR1 rewrites --stats-file; snapshot into DK_TS
+  on storage "kill -USR1 \$(cat $DK_TPID) && sleep 1" >/dev/null
+  DK_TS=$(cat "$DK_STATS" 2>/dev/null)
+}
+tstat() { kv "$1" "$DK_TS"; }
+
+# ---------------------------------------------------------------- the disk (compute VM)
+
+dk_load() { on compute "insmod $DK_KO && test -e $DK_CTL/map_device"; }
+
+# dk_map_cmd OPTIONS: a compute-side snippet that writes OPTIONS to map_device and prints
+# "rc=N secs=N err=TEXT", then "--- dmesg" and the kernel lines it caused.
+dk_map_cmd() {
+  printf '%s' "
+n=\$(dmesg | wc -l); t0=\$(date +%s)
+out=\$( (echo '$1' >$DK_CTL/map_device) 2>&1 ); rc=\$?
+echo \"rc=\$rc secs=\$((\$(date +%s) - t0)) err=\$out\"
+echo '--- dmesg'; dmesg | tail -n +\$((n + 1)) | grep -i rdmadisk"
+}
+
+# dk_map OPTIONS [SECONDS]: maps in the background of the compute VM (dk_timed, default limit
+# 60 s) and prints dk_map_cmd's output then dk_timed's "rc=" line; status 0 if the write succeeded.
+dk_map() {
+  local out
+  out=$(dk_timed map "${2:-60}" "$(dk_map_cmd "$1")")
+  printf '%s\n' "$out"
+  [ "$(grep -m1 '^rc=' <<<"$out" | cut -d' ' -f1)" = rc=0 ]
+}
+
+dk_dev_of() { # dk_dev_of NAME: the block device (rdmadiskN) mapped under NAME, from ctl/devices
+  on compute "awk -v n='$1' '\$2 == n { print \$1 }' $DK_CTL/devices"
+}
+
+# dk_map_disk NAME EXPORT [MORE-OPTIONS]: maps, checks /dev/<dev> and state "live", and sets
+# DK_DEV; prints the map output indented on failure. Status 0 if the disk is usable.
+dk_map_disk() {
+  local out
+  DK_DEV=
+  if ! out=$(dk_map "name=$1 addr=$DK_S export=$2${3:+ $3}"); then
+    printf '%s\n' "$out" | indent
+    return 1
+  fi
+  DK_DEV=$(dk_dev_of "$1")
+  [ -n "$DK_DEV" ] || { echo "  no line for $1 in $DK_CTL/devices"; return 1; }
+  on compute "test -b /dev/$DK_DEV && [ \"\$(cat /sys/block/$DK_DEV/rdmadisk/state)\" = live ]" ||
+    { echo "  /dev/$DK_DEV missing or not live"; return 1; }
+}
+
+dk_unmap() { # dk_unmap DEV normal|force: status of the write; prints its error text
+  on compute "echo $2 >/sys/block/$1/rdmadisk/unmap"
+}
+
+dk_gone() { # dk_gone DEV [SECONDS]: waits until /sys/block/DEV and /dev/DEV are gone
+  on compute "for i in \$(seq $((${2:-30} * 5))); do [ ! -e /sys/block/$1 ] && [ ! -e /dev/$1 ] && exit 0; sleep 0.2; done; exit 1"
+}
+
+# dk_timed TAG SECONDS SCRIPT: runs SCRIPT in the compute VM in the background, so a write that
+# blocks in the kernel cannot wedge the VM's command queue, and waits up to SECONDS for it.
+# Prints its output, then "rc=N secs=N" (rc=timeout if it is still running). Status 0 if rc=0.
+dk_timed() {
+  local b=$TB_DIR/$DK_ID.cmd-$1 t0=$SECONDS rc
+  rm -f "$b.rc" "$b.rc.tmp" "$b.out"
+  printf '%s\n' "$3" >"$b.sh"
+  on compute "setsid bash -c 'bash $b.sh >$b.out 2>&1; echo \$? >$b.rc.tmp; mv $b.rc.tmp $b.rc' </dev/null >/dev/null 2>&1 &"
+  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 0.5; done
+  cat "$b.out" 2>/dev/null
+  rc=$(cat "$b.rc" 2>/dev/null); rc=${rc:-timeout}
+  echo "rc=$rc secs=$((SECONDS - t0))"
+  [ "$rc" = 0 ]
+}
+
+dk_csnap() { # dk_csnap DEV: the disk's counters into DK_CS (empty when the file is missing)
+  DK_CS=$(on compute "cat /sys/block/$1/rdmadisk/stats" 2>/dev/null)
+}
+cstat() { kv "$1" "$DK_CS"; }
+
+dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnostics
+  tr '\n' ' ' <<<"$2" | fold -s -w 110 | sed "s/^/  $1: /"; echo
+}
+
+# ---------------------------------------------------------------- fio (compute VM)
+# Every run adds --ioengine=libaio --direct=1, no verify state files, and writes fio's normal
+# and JSON output to one file; dk_fio_result parses it on the host.
+
+DK_FIO_BASE="--ioengine=libaio --direct=1 --verify_state_save=0 --output-format=normal,json"
+
+dk_fio() { # dk_fio TAG FIO-ARGS: runs fio in the foreground; then dk_fio_result TAG
+  local tag=$1 b=$TB_DIR/$DK_ID.fio-$1; shift
+  on compute "rm -f $b.out $b.log $b.rc
+timeout ${DK_FIO_TIMEOUT:-600} fio $DK_FIO_BASE --output=$b.out $* >$b.log 2>&1; echo \$? >$b.rc" >/dev/null
+  dk_fio_result "$tag"
+}
+
+dk_fio_bg() { # dk_fio_bg TAG FIO-ARGS: starts fio in the background (its own process group)
+  local b=$TB_DIR/$DK_ID.fio-$1; shift
+  on compute "rm -f $b.out $b.log $b.rc $b.rc.tmp $b.pid
+setsid bash -c 'timeout ${DK_FIO_TIMEOUT:-600} fio $DK_FIO_BASE --output=$b.out $* >$b.log 2>&1; echo \$? >$b.rc.tmp; mv $b.rc.tmp $b.rc' </dev/null >/dev/null 2>&1 &
+echo \$! >$b.pid"
+}
+
+dk_fio_running() { [ ! -e "$TB_DIR/$DK_ID.fio-$1.rc" ]; }
+
+dk_fio_wait() { # dk_fio_wait TAG SECONDS: waits for a background fio (kills it after SECONDS); then dk_fio_result
+  local b=$TB_DIR/$DK_ID.fio-$1 t0=$SECONDS
+  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 1; done
+  if [ ! -e "$b.rc" ]; then
+    echo "  fio $1 still running after $2 s: killing it"
+    dk_fio_kill "$1"
+  fi
+  dk_fio_result "$1"
+}
+
+dk_fio_kill() { # dk_fio_kill TAG: ends a background fio's process group (started by dk_fio_bg)
+  local b=$TB_DIR/$DK_ID.fio-$1
+  [ -s "$b.pid" ] && [ ! -e "$b.rc" ] || return 0
+  on compute "p=\$(cat $b.pid); kill -TERM -- -\$p 2>/dev/null; for i in \$(seq 50); do kill -0 -- -\$p 2>/dev/null || exit 0; sleep 0.2; done; kill -KILL -- -\$p 2>/dev/null; true" >/dev/null
+  [ -e "$b.rc" ] || echo killed >"$b.rc"
+}
+
+# dk_fio_parse FILE: fio's per-job and group summary lines (indented), then one line
+# "FIO jobs=N errors=N errnos=E,E write_kib=N read_kib=N write_kibps=N read_kibps=N", where
+# errors counts the jobs whose JSON "error" or normal-output "err=" is non-zero (-1: no output).
+dk_fio_parse() {
+  python3 - "$1" <<'PY'
+import json, re, sys
+try:
+    text = open(sys.argv[1], errors="replace").read()
+except OSError as e:
+    print(f"  (no fio output: {e})")
+    text = ""
+jobs, rest = [], text
+m = re.search(r"^\{$", text, re.M)
+if m:
+    try:
+        d, end = json.JSONDecoder().raw_decode(text, m.start())
+        jobs = d.get("jobs", [])
+        rest = text[:m.start()] + text[end:]
+    except ValueError as e:
+        print(f"  (fio JSON unreadable: {e})")
+shown = re.compile(r"err=|^\s+(read|write|trim): IOPS=|^\s+(READ|WRITE|TRIM): bw=|^(fio|verify)[: ]")
+# (fio warns that jobs may overwrite each other's blocks even when offset_increment keeps them apart)
+lines = [l for l in rest.splitlines() if shown.search(l) and "multiple writers may overwrite" not in l]
+for l in lines[:40]:
+    print("  " + l.strip())
+text_errs = [int(x) for x in re.findall(r"err=\s*(\d+)", rest)]
+json_errs = [int(j.get("error", 0)) for j in jobs]
+errors = max(sum(1 for e in json_errs if e), sum(1 for e in text_errs if e)) if jobs else -1
+tot = lambda d, k: sum(int(j.get(d, {}).get(k, 0)) for j in jobs)
+print(f"FIO jobs={len(jobs)} errors={errors} errnos={','.join(map(str, json_errs)) or '-'}"
+      f" write_kib={tot('write', 'io_kbytes')} read_kib={tot('read', 'io_kbytes')}"
+      f" write_kibps={tot('write', 'bw')} read_kibps={tot('read', 'bw')}")
+PY
+}
+
+# dk_fio_result TAG: prints the summary and fio's stderr (indented) and sets FIO_RC, FIO_ERRS,
+# FIO_WKIB, FIO_RKIB and FIO_SUM (a short text for TAP lines). Status 0 if fio exited 0 with
+# no job error.
+dk_fio_result() {
+  local b=$TB_DIR/$DK_ID.fio-$1 parsed line
+  FIO_RC=$(cat "$b.rc" 2>/dev/null); FIO_RC=${FIO_RC:-none}
+  parsed=$(dk_fio_parse "$b.out")
+  grep -v '^FIO ' <<<"$parsed"
+  [ -s "$b.log" ] && grep -v '^$' "$b.log" | head -n 10 | indent "stderr: "
+  line=$(grep '^FIO ' <<<"$parsed" | tail -n1)
+  FIO_ERRS=$(word errors "$line")
+  FIO_WKIB=$(word write_kib "$line")
+  FIO_RKIB=$(word read_kib "$line")
+  FIO_SUM="fio exit $FIO_RC, $(word jobs "$line") jobs, job errors $FIO_ERRS (errnos $(word errnos "$line")), wrote $((${FIO_WKIB:-0} / 1024)) MiB at $(word write_kibps "$line") KiB/s, read $((${FIO_RKIB:-0} / 1024)) MiB at $(word read_kibps "$line") KiB/s"
+  [ "$FIO_RC" = 0 ] && [ "$FIO_ERRS" = 0 ]
+}
+
+# ---------------------------------------------------------------- leaving the VMs as found
+
+# dk_cleanup: ends this test's background fio runs, unmounts $DK_MOUNTS, force-unmaps every
+# disk, unloads the module, stops the target, removes its backing files.
+dk_cleanup() {
+  local p m
+  for p in "$TB_DIR/$DK_ID".fio-*.pid; do
+    [ -e "$p" ] || continue
+    p=${p##*.fio-}; dk_fio_kill "${p%.pid}"
+  done
+  for m in $DK_MOUNTS; do on compute "! mountpoint -q $m || umount $m" >/dev/null; done
+  dk_timed cleanup 120 "
+if [ -r $DK_CTL/devices ]; then
+  for d in \$(awk '{ print \$1 }' $DK_CTL/devices); do echo force >/sys/block/\$d/rdmadisk/unmap; done
+fi
+if grep -q '^rdmadisk ' /proc/modules; then rmmod rdmadisk; fi
+true" >/dev/null || echo "  cleanup: force unmap / rmmod did not finish in 120 s"
+  dk_target_stop >/dev/null
+  on storage "rm -f $DK_BACKDIR/$DK_ID-*.img; true" >/dev/null
+}
