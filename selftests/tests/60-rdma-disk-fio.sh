@@ -1,0 +1,101 @@
+# The block data path over RDMA, checked end to end with fio and both sides' counters.
+#
+# A 64 MiB sparse export; /dev/rdmadisk0 mapped with two hardware queues; fio writes random
+# 4 KiB-1 MiB blocks with crc32c verify headers and reads them all back, two jobs on disjoint
+# 16 MiB halves, at queue depth 1 and then 16 (64 MiB written and verified in all).
+#
+# Acceptance: no fio error; the target pulled every write with RDMA Read and pushed every read
+# with RDMA Write; every data response was a Send-with-Invalidate and the client saw each as a
+# remote invalidation of that request's rkey (so no local invalidation, no rkey mismatch); the
+# data-less responses (flush, discard, write-zeroes, nop; rkey 0) were plain Sends; no CRC
+# error, retry, timeout or reconnect. Then a read-only mapping (ro) of the same export reads
+# the same data and refuses writes before they reach the target.
+
+# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+source "$TB_REPO/selftests/tests/lib/disk.sh"
+if ! dk_build; then return 0 2>/dev/null || exit 0; fi
+
+back=$(dk_backing vol0 64M)
+dk_target_start --export "vol0=$back" >/dev/null
+res $? "target listens on $DK_S:$DK_PORT with a 64 MiB sparse export vol0 ($back)" &&
+  dk_load && dk_map_disk d60 vol0 queues=2
+if ! res $? "insmod; map name=d60 export=vol0 queues=2: /dev/$DK_DEV is live"; then
+  dk_cleanup; return 0 2>/dev/null || exit 0
+fi
+dev=$DK_DEV
+dk_tsnap
+nq=$(on compute "ls /sys/block/$dev/mq | wc -l")
+n_eq "$nq" 2 && n_eq "$(tstat rdma_connections)" 2
+res $? "queues=2: two blk-mq hardware queues (got $nq), two RDMA connections at the target (got $(tstat rdma_connections))"
+
+# 1. fio: random writes, then every block read back and verified, two disjoint jobs.
+fio_args() { # fio_args NAME IODEPTH SEED
+  echo "--name=$1 --filename=/dev/$dev --rw=randwrite --bsrange=4k-1m --verify=crc32c --do_verify=1" \
+    "--numjobs=2 --size=16M --offset_increment=16M --iodepth=$2 --randseed=$3"
+}
+for qd in 1 16; do
+  dk_fio "qd$qd" "$(fio_args "qd$qd" $qd $((60 + qd)))"
+  rc=$?
+  [ $rc = 0 ] && n_le 32768 "$FIO_WKIB" && n_le 32768 "$FIO_RKIB"
+  res $? "fio iodepth $qd, 2 jobs x 16 MiB of 4 KiB-1 MiB random writes, crc32c-verified: $FIO_SUM"
+done
+
+# 2. The counters of both sides, with the disk idle.
+dk_csnap "$dev"
+dk_tsnap
+dk_show client "$DK_CS"
+dk_show target "$DK_TS"
+t_data=$(tsum reads writes)
+t_nodata=$(tsum flushes discards write_zeroes nops)
+n_eq "$(tstat writes)" "$(tstat rdma_reads)" && n_eq "$(tstat rdma_read_bytes)" "$(tstat bytes_written)" &&
+  n_le $((64 << 20)) "$(tstat bytes_written)"
+res $? "target: every write pulled by RDMA Read, at least 64 MiB (writes=$(tstat writes) rdma_reads=$(tstat rdma_reads), $(tstat rdma_read_bytes) bytes)"
+n_eq "$(tstat reads)" "$(tstat rdma_writes)" && n_eq "$(tstat rdma_write_bytes)" "$(tstat bytes_read)"
+res $? "target: every read pushed by RDMA Write (reads=$(tstat reads) rdma_writes=$(tstat rdma_writes), $(tstat rdma_write_bytes) bytes)"
+n_eq "$(tstat send_with_inv)" "$t_data" && n_eq "$(tstat plain_sends)" "$t_nodata"
+res $? "target: every data response a Send-with-Invalidate (send_with_inv=$(tstat send_with_inv) = reads+writes $t_data), data-less ones plain Sends (plain_sends=$(tstat plain_sends) = flush+discard+write_zeroes+nop $t_nodata)"
+n_eq "$(cstat reads)" "$(tstat reads)" && n_eq "$(cstat writes)" "$(tstat writes)" &&
+  n_eq "$(cstat read_bytes)" "$(tstat bytes_read)" && n_eq "$(cstat write_bytes)" "$(tstat bytes_written)"
+res $? "client and target agree: reads $(cstat reads)/$(tstat reads), writes $(cstat writes)/$(tstat writes), bytes read $(cstat read_bytes)/$(tstat bytes_read), written $(cstat write_bytes)/$(tstat bytes_written)"
+n_eq "$(cstat remote_invalidations)" "$(tstat send_with_inv)" && n_eq "$(cstat local_invalidations)" 0 &&
+  n_eq "$(cstat rkey_mismatches)" 0
+res $? "client: every data response invalidated the request's rkey remotely (remote_invalidations=$(cstat remote_invalidations) = target send_with_inv $(tstat send_with_inv)), local_invalidations=$(cstat local_invalidations), rkey_mismatches=$(cstat rkey_mismatches)"
+# Keepalive NOPs may land between the two snapshots, so only a bound here.
+n_le "$(tstat send_with_inv)" "$(cstat responses)" && n_le "$(cstat responses)" "$(tsum send_with_inv plain_sends)"
+res $? "client: responses=$(cstat responses) within [send_with_inv, send_with_inv+plain_sends] of the target"
+bad=
+for k in crc_read_errors crc_write_errors crc_retries io_errors timeouts reconnects requeued; do
+  n_eq "$(cstat $k)" 0 || bad+=" $k=$(cstat $k)"
+done
+for k in crc_failures bound_violations io_errors resets rdma_errors; do
+  n_eq "$(tstat $k)" 0 || bad+=" target:$k=$(tstat $k)"
+done
+[ -z "$bad" ]
+res $? "no CRC error, retry, I/O error, timeout, reconnect or requeue on either side${bad:+ (got$bad)}"
+n_gt "$(cstat max_outstanding)" 1 && n_le "$(cstat max_outstanding)" 32
+res $? "client: max_outstanding=$(cstat max_outstanding) (more than one request in flight per queue at depth 16, within the target's 32 credits)"
+
+# 3. Read-only: the same export mapped with ro reads the same bytes and refuses writes.
+sum_rw=$(on compute "dd if=/dev/$dev bs=1M count=8 iflag=direct status=none | sha256sum")
+dk_unmap "$dev" normal && dk_gone "$dev" 10
+res $? "unmap normal after fio: /sys/block/$dev and /dev/$dev gone"
+if dk_map_disk d60 vol0 ro; then
+  ro=$DK_DEV
+  dk_tsnap; w0=$(tstat writes)
+  sum_ro=$(on compute "dd if=/dev/$ro bs=1M count=8 iflag=direct status=none | sha256sum")
+  out=$(on compute "cat /sys/block/$ro/ro; blockdev --getro /dev/$ro; (dd if=/dev/zero of=/dev/$ro bs=4k count=1 oflag=direct conv=notrunc status=none) 2>&1; echo dd=\$?")
+  printf '%s\n' "$out" | indent
+  dk_tsnap
+  [ "$(head -n2 <<<"$out" | tr '\n' ' ')" = "1 1 " ] && ! grep -q '^dd=0$' <<<"$out" && n_eq "$(tstat writes)" "$w0"
+  res $? "map ro: /sys/block/$ro/ro and blockdev --getro are 1; a 4 KiB direct write fails and never reaches the target (writes $w0 -> $(tstat writes))"
+  [ -n "$sum_rw" ] && [ "$sum_ro" = "$sum_rw" ]
+  res $? "map ro: the first 8 MiB read the same as through the read-write mapping (${sum_ro%% *})"
+  dk_unmap "$ro" normal && dk_gone "$ro" 10
+  res $? "unmap normal of the read-only disk"
+else
+  res 1 "map name=d60 export=vol0 ro"
+fi
+
+on compute "rmmod rdmadisk"
+res $? "rmmod rdmadisk"
+dk_cleanup
