@@ -19,7 +19,7 @@ back=$(dk_backing vol0 64M)
 dk_target_start --export "vol0=$back" >/dev/null
 res $? "target listens on $DK_S:$DK_PORT with a 64 MiB sparse export vol0 ($back)" &&
   dk_load && dk_map_disk d60 vol0 queues=2
-if ! res $? "insmod; map name=d60 export=vol0 queues=2: /dev/$DK_DEV is live"; then
+if ! res $? "insmod; map name=d60 export=vol0 queues=2: /dev/${DK_DEV:-?} is live"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV

@@ -13,7 +13,7 @@ if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 back=$(dk_backing vol0 64M)
 dk_target_start --credits 4 --export "vol0=$back" >/dev/null &&
   dk_load && dk_map_disk d62 vol0
-if ! res $? "target with --credits 4; insmod; map name=d62: /dev/$DK_DEV is live"; then
+if ! res $? "target with --credits 4; insmod; map name=d62: /dev/${DK_DEV:-?} is live"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV

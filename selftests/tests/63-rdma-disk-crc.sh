@@ -17,7 +17,7 @@ N=7
 back=$(dk_backing vol0 64M)
 dk_target_start --corrupt-read-every $N --export "vol0=$back" >/dev/null &&
   dk_load && dk_map_disk d63 vol0
-if ! res $? "target with --corrupt-read-every $N; insmod; map name=d63: /dev/$DK_DEV is live"; then
+if ! res $? "target with --corrupt-read-every $N; insmod; map name=d63: /dev/${DK_DEV:-?} is live"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV

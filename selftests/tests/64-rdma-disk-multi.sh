@@ -42,6 +42,7 @@ echo "  before the forced unmap: responses rdmadisk0=$r0 rdmadisk1=$r1"
 dk_fio_running keeper && dk_fio_running victim
 res $? "both fio runs under way when rdmadisk0 is force-unmapped"
 
+# shellcheck disable=SC2016 # expanded in the VM
 out=$(dk_timed force 60 't0=$(date +%s); echo force >/sys/block/rdmadisk0/rdmadisk/unmap; rc=$?; echo "took=$(($(date +%s) - t0))"; exit $rc')
 printf '%s\n' "$out" | indent
 secs=$(sed -n 's/^took=//p' <<<"$out")

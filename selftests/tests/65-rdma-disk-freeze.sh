@@ -18,7 +18,7 @@ FREEZE=${RDT65_FREEZE:-8}
 back=$(dk_backing vol0 64M)
 dk_target_start --export "vol0=$back" >/dev/null &&
   dk_load && dk_map_disk d65 vol0
-if ! res $? "target with a 64 MiB export; insmod; map name=d65: /dev/$DK_DEV is live"; then
+if ! res $? "target with a 64 MiB export; insmod; map name=d65: /dev/${DK_DEV:-?} is live"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV

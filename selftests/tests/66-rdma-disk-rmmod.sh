@@ -9,7 +9,7 @@ if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 back=$(dk_backing vol0 64M)
 dk_target_start --export "vol0=$back" >/dev/null &&
   dk_load && dk_map_disk d66 vol0
-if ! res $? "target with a 64 MiB export; insmod; map name=d66: /dev/$DK_DEV is live"; then
+if ! res $? "target with a 64 MiB export; insmod; map name=d66: /dev/${DK_DEV:-?} is live"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV
@@ -23,6 +23,7 @@ done
 dk_fio_running load
 res $? "fio randrw at iodepth 16 running on /dev/$dev ($r responses so far)"
 
+# shellcheck disable=SC2016 # expanded in the VM
 out=$(dk_timed rmmod 90 't0=$(date +%s); rmmod rdmadisk; rc=$?; echo "took=$(($(date +%s) - t0))"; exit $rc')
 printf '%s\n' "$out" | indent
 secs=$(sed -n 's/^took=//p' <<<"$out")

@@ -94,7 +94,11 @@ tstat() { kv "$1" "$DK_TS"; }
 
 # ---------------------------------------------------------------- the disk (compute VM)
 
-dk_load() { on compute "insmod $DK_KO && test -e $DK_CTL/map_device"; }
+dk_load() { # insmod; status 0 if ctl/map_device is there (else says why, indented)
+  on compute "insmod $DK_KO || exit 1
+test -e $DK_CTL/map_device || { echo \"loaded, but there is no $DK_CTL/map_device (ctl has: \$(ls $DK_CTL | tr '\n' ' '))\"; exit 1; }" 2>&1 | indent
+  return "${PIPESTATUS[0]}"
+}
 
 # dk_map_cmd OPTIONS: a compute-side snippet that writes OPTIONS to map_device and prints
 # "rc=N secs=N err=TEXT", then "--- dmesg" and the kernel lines it caused.
