@@ -15,6 +15,14 @@ struct ib_qp;
 struct ib_send_wr;
 struct ib_recv_wr;
 struct ib_mr;
+struct request;
+struct request_queue;
+struct scatterlist;
+struct bio;
+struct bio_vec;
+struct bvec_iter;
+struct gendisk;
+struct kobject;
 
 const char *rdmadisk_ib_device_name(const struct ib_device *ibdev);
 void *rdmadisk_dev_get_drvdata(const struct device *dev);
@@ -34,5 +42,23 @@ void rdmadisk_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr, size_t
 void rdmadisk_ib_dma_sync_single_for_device(struct ib_device *dev, u64 addr, size_t size,
 					    enum dma_data_direction dir);
 void rdmadisk_ib_update_fast_reg_key(struct ib_mr *mr, u8 newkey);
+
+/* blk-mq requests, their bios and the disk's sysfs directory (rust/blk_mq.rs). */
+void *rdmadisk_blk_mq_rq_to_pdu(struct request *rq);
+u64 rdmadisk_blk_rq_pos(const struct request *rq);
+unsigned int rdmadisk_blk_rq_bytes(const struct request *rq);
+unsigned int rdmadisk_req_op(const struct request *rq);
+unsigned short rdmadisk_blk_rq_nr_phys_segments(struct request *rq);
+int rdmadisk_blk_rq_map_sg(struct request_queue *q, struct request *rq,
+			   struct scatterlist *sglist);
+bool rdmadisk_bio_has_data(struct bio *bio);
+void rdmadisk_bio_iter_iovec(struct bio *bio, const struct bvec_iter *iter,
+			     struct bio_vec *bv);
+void rdmadisk_bio_advance_iter_single(const struct bio *bio, struct bvec_iter *iter,
+				      unsigned int bytes);
+void *rdmadisk_bvec_kmap_local(struct bio_vec *bv);
+void rdmadisk_kunmap_local(const void *addr);
+struct kobject *rdmadisk_disk_kobj(struct gendisk *disk);
+unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms);
 
 #endif /* RDMADISK_HELPERS_H */

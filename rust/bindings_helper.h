@@ -1,10 +1,31 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /* Input of the module-local bindgen run (see Kbuild). */
+#include <linux/bio.h>
+#include <linux/blk-mq.h>
+#include <linux/blkdev.h>
 #include <linux/device.h>
 #include <linux/device/class.h>
 #include <linux/sysfs.h>
 #include <linux/in.h>
+#include <linux/kobject.h>
+#include <linux/module.h>
+#include <linux/scatterlist.h>
 #include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 #include "rdmadisk_helpers.h"
+
+/* Constants bindgen cannot evaluate from their macros (they cast), for rust/blk_mq.rs. */
+const blk_status_t RDMADISK_BLK_STS_OK = BLK_STS_OK;
+const blk_status_t RDMADISK_BLK_STS_NOTSUPP = BLK_STS_NOTSUPP;
+const blk_status_t RDMADISK_BLK_STS_TIMEOUT = BLK_STS_TIMEOUT;
+const blk_status_t RDMADISK_BLK_STS_PROTECTION = BLK_STS_PROTECTION;
+const blk_status_t RDMADISK_BLK_STS_RESOURCE = BLK_STS_RESOURCE;
+const blk_status_t RDMADISK_BLK_STS_IOERR = BLK_STS_IOERR;
+const blk_status_t RDMADISK_BLK_STS_DEV_RESOURCE = BLK_STS_DEV_RESOURCE;
+const blk_status_t RDMADISK_BLK_STS_OFFLINE = BLK_STS_OFFLINE;
+const blk_features_t RDMADISK_BLK_FEAT_WRITE_CACHE = BLK_FEAT_WRITE_CACHE;
+const blk_features_t RDMADISK_BLK_FEAT_FUA = BLK_FEAT_FUA;
+const blk_features_t RDMADISK_BLK_FEAT_STABLE_WRITES = BLK_FEAT_STABLE_WRITES;
+const blk_opf_t RDMADISK_REQ_FUA = REQ_FUA;
+const unsigned int RDMADISK_BLK_MQ_F_SHOULD_MERGE = BLK_MQ_F_SHOULD_MERGE;

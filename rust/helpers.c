@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /* One-line wrappers for static inline functions; see include/rdmadisk_helpers.h. */
+#include <linux/blk-mq.h>
+#include <linux/blkdev.h>
 #include <linux/device.h>
+#include <linux/highmem.h>
+#include <linux/jiffies.h>
 #include <rdma/ib_verbs.h>
 #include "rdmadisk_helpers.h"
 
@@ -63,4 +67,72 @@ void rdmadisk_ib_dma_sync_single_for_device(struct ib_device *dev, u64 addr, siz
 void rdmadisk_ib_update_fast_reg_key(struct ib_mr *mr, u8 newkey)
 {
 	ib_update_fast_reg_key(mr, newkey);
+}
+
+void *rdmadisk_blk_mq_rq_to_pdu(struct request *rq)
+{
+	return blk_mq_rq_to_pdu(rq);
+}
+
+u64 rdmadisk_blk_rq_pos(const struct request *rq)
+{
+	return blk_rq_pos(rq);
+}
+
+unsigned int rdmadisk_blk_rq_bytes(const struct request *rq)
+{
+	return blk_rq_bytes(rq);
+}
+
+unsigned int rdmadisk_req_op(const struct request *rq)
+{
+	return req_op(rq);
+}
+
+unsigned short rdmadisk_blk_rq_nr_phys_segments(struct request *rq)
+{
+	return blk_rq_nr_phys_segments(rq);
+}
+
+int rdmadisk_blk_rq_map_sg(struct request_queue *q, struct request *rq,
+			   struct scatterlist *sglist)
+{
+	return blk_rq_map_sg(q, rq, sglist);
+}
+
+bool rdmadisk_bio_has_data(struct bio *bio)
+{
+	return bio_has_data(bio);
+}
+
+void rdmadisk_bio_iter_iovec(struct bio *bio, const struct bvec_iter *iter,
+			     struct bio_vec *bv)
+{
+	*bv = bio_iter_iovec(bio, *iter);
+}
+
+void rdmadisk_bio_advance_iter_single(const struct bio *bio, struct bvec_iter *iter,
+				      unsigned int bytes)
+{
+	bio_advance_iter_single(bio, iter, bytes);
+}
+
+void *rdmadisk_bvec_kmap_local(struct bio_vec *bv)
+{
+	return bvec_kmap_local(bv);
+}
+
+void rdmadisk_kunmap_local(const void *addr)
+{
+	kunmap_local(addr);
+}
+
+struct kobject *rdmadisk_disk_kobj(struct gendisk *disk)
+{
+	return &disk_to_dev(disk)->kobj;
+}
+
+unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms)
+{
+	return msecs_to_jiffies(ms);
 }

@@ -8,6 +8,7 @@
 #![allow(unsafe_code)]
 
 mod bindings;
+pub(crate) mod blk_mq;
 pub(crate) mod ib_client;
 pub(crate) mod rdma_cm;
 pub(crate) mod sysfs;

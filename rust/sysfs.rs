@@ -47,6 +47,19 @@ pub(crate) struct ShowBuf<'a> {
     len: usize,
 }
 
+impl<'a> ShowBuf<'a> {
+    /// An empty writer into `page`, the page sysfs hands a `show` callback (also used by the
+    /// disk attributes in `blk_mq.rs`).
+    pub(super) fn new(page: &'a mut [u8]) -> Self {
+        Self { page, len: 0 }
+    }
+
+    /// The number of bytes written, which is what a `show` callback returns.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
+
 impl fmt::Write for ShowBuf<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         // Keep one byte free: sysfs expects room for a terminating NUL.
@@ -136,12 +149,12 @@ unsafe extern "C" fn show_callback<T: Send + Sync + 'static>(
     let (attr, data) = unsafe { callback_args::<T>(dev, attr) };
     // SAFETY: sysfs hands `show` a zeroed buffer of one page, ours until we return.
     let page = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), PAGE_SIZE) };
-    let mut out = ShowBuf { page, len: 0 };
+    let mut out = ShowBuf::new(page);
     let Some(show) = attr.show else {
         return EIO.to_errno() as isize;
     };
     match show(data, &mut out) {
-        Ok(()) => out.len as isize,
+        Ok(()) => out.len() as isize,
         Err(e) => e.to_errno() as isize,
     }
 }
