@@ -60,5 +60,6 @@ void *rdmadisk_bvec_kmap_local(struct bio_vec *bv);
 void rdmadisk_kunmap_local(const void *addr);
 struct kobject *rdmadisk_disk_kobj(struct gendisk *disk);
 unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms);
+unsigned int rdmadisk_disk_openers(struct gendisk *disk);
 
 #endif /* RDMADISK_HELPERS_H */

@@ -1073,6 +1073,26 @@ impl<D: Driver> Disk<D> {
         }
     }
 
+    /// Whether the disk (or one of its partitions) is open now: by a process or a mounted
+    /// filesystem (`disk_openers`). A snapshot: it may be opened right after, which a
+    /// following drop still handles (the opener's I/O fails).
+    pub(crate) fn is_open(&self) -> bool {
+        // SAFETY: The disk is added and lives as long as `self`; this reads an atomic count.
+        unsafe { b::rdmadisk_disk_openers(self.gd.ptr.as_ptr()) != 0 }
+    }
+
+    /// Changes blk-mq's request timeout ([`DiskConfig::timeout_ms`]) for requests started from
+    /// now on (`blk_queue_rq_timeout`); 0 is ignored.
+    pub(crate) fn set_timeout_ms(&self, ms: u32) {
+        if ms == 0 {
+            return;
+        }
+        // SAFETY: A pure conversion.
+        let j = unsafe { b::rdmadisk_msecs_to_jiffies(ms) };
+        // SAFETY: The queue lives as long as `self`; the timeout is a plain store.
+        unsafe { b::blk_queue_rq_timeout(self.gd.queue(), u32::try_from(j).unwrap_or(u32::MAX)) };
+    }
+
     /// Changes the capacity and tells userspace (`set_capacity_and_notify`).
     pub(crate) fn set_capacity(&self, sectors: u64) {
         // SAFETY: The disk is added and lives as long as `self`; the call locks internally.

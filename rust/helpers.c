@@ -136,3 +136,8 @@ unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms)
 {
 	return msecs_to_jiffies(ms);
 }
+
+unsigned int rdmadisk_disk_openers(struct gendisk *disk)
+{
+	return disk_openers(disk);
+}
