@@ -42,6 +42,10 @@ void rdmadisk_ib_dma_sync_single_for_cpu(struct ib_device *dev, u64 addr, size_t
 void rdmadisk_ib_dma_sync_single_for_device(struct ib_device *dev, u64 addr, size_t size,
 					    enum dma_data_direction dir);
 void rdmadisk_ib_update_fast_reg_key(struct ib_mr *mr, u8 newkey);
+int rdmadisk_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+			   enum dma_data_direction direction);
+void rdmadisk_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+			      enum dma_data_direction direction);
 
 /* blk-mq requests, their bios and the disk's sysfs directory (rust/blk_mq.rs). */
 void *rdmadisk_blk_mq_rq_to_pdu(struct request *rq);

@@ -69,6 +69,18 @@ void rdmadisk_ib_update_fast_reg_key(struct ib_mr *mr, u8 newkey)
 	ib_update_fast_reg_key(mr, newkey);
 }
 
+int rdmadisk_ib_dma_map_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+			   enum dma_data_direction direction)
+{
+	return ib_dma_map_sg(dev, sg, nents, direction);
+}
+
+void rdmadisk_ib_dma_unmap_sg(struct ib_device *dev, struct scatterlist *sg, int nents,
+			      enum dma_data_direction direction)
+{
+	ib_dma_unmap_sg(dev, sg, nents, direction);
+}
+
 void *rdmadisk_blk_mq_rq_to_pdu(struct request *rq)
 {
 	return blk_mq_rq_to_pdu(rq);

@@ -9,7 +9,9 @@
 
 mod bindings;
 pub(crate) mod blk_mq;
+pub(crate) mod frwr;
 pub(crate) mod ib_client;
 pub(crate) mod rdma_cm;
 pub(crate) mod sysfs;
 pub(crate) mod verbs;
+pub(crate) mod work;

@@ -17,6 +17,7 @@ use core::ptr::{self, NonNull};
 use kernel::{ffi, prelude::*, sync::Arc};
 
 use super::bindings as b;
+use super::frwr::MrPool;
 use super::verbs::{Cq, DeviceRef, Msg, MsgDir, MsgOwner, Pd};
 
 /// Largest private data rdma_cm carries (an IB CM REP: 196 bytes; a REQ carries 56).
@@ -128,6 +129,10 @@ pub(crate) struct QpCaps {
     pub(crate) send_wr: u32,
     /// Receive queue depth.
     pub(crate) recv_wr: u32,
+    /// Fast-registration MRs to allocate with the QP, one per tag (0 for none).
+    pub(crate) mrs: u32,
+    /// Pages each MR maps.
+    pub(crate) mr_pages: u32,
 }
 
 /// Parameters of [`CmId::connect`].
@@ -143,8 +148,10 @@ pub(crate) struct ConnParams {
     pub(crate) rnr_retry_count: u8,
 }
 
-struct QpRes {
+pub(super) struct QpRes {
     qp: NonNull<b::ib_qp>,
+    // Deregistered after the QP is destroyed (see `Drop`), so never under a registration.
+    pub(super) mrs: Option<MrPool>,
     // Dropped after the QP is destroyed (see `Drop`).
     cq: Arc<Cq>,
     _pd: Arc<Pd>,
@@ -253,6 +260,10 @@ impl<H: CmHandler> CmId<H> {
         attr.qp_type = b::ib_qp_type_IB_QPT_RC;
         // SAFETY: `id` is live and bound to the device of `pd` and `cq` (the CM checks and
         // fails with EINVAL otherwise); `attr` is read during the call only.
+        let mrs = match caps.mrs {
+            0 => None,
+            n => Some(MrPool::new(pd, n, caps.mr_pages)?),
+        };
         let ret = unsafe { b::rdma_create_qp(self.id.as_ptr(), pd.as_ptr(), &mut attr) };
         kernel::error::to_result(ret)?;
         // SAFETY: `rdma_create_qp` succeeded, so `id->qp` is set and stays until
@@ -260,6 +271,7 @@ impl<H: CmHandler> CmId<H> {
         let qp = unsafe { (*self.id.as_ptr()).qp };
         self.qp = Some(QpRes {
             qp: NonNull::new(qp).ok_or(EINVAL)?,
+            mrs,
             cq: cq.clone(),
             _pd: pd.clone(),
         });
@@ -296,10 +308,18 @@ impl<H: CmHandler> CmId<H> {
         let _ = unsafe { b::rdma_disconnect(self.id.as_ptr()) };
     }
 
+    pub(super) fn qp_res(&self) -> Result<&QpRes> {
+        self.qp.as_ref().ok_or(EINVAL)
+    }
+
+    pub(super) fn qp_ptr(&self) -> Result<*mut b::ib_qp> {
+        Ok(self.qp_res()?.qp.as_ptr())
+    }
+
     /// Posts `msg` as a Receive.
     pub(crate) fn post_recv<O: MsgOwner>(&self, msg: KBox<Msg<O>>) -> Result {
         let qp = self.qp.as_ref().ok_or(EINVAL)?.qp;
-        let (raw, cqe, sge) = Msg::into_posted(msg, MsgDir::Recv)?;
+        let (raw, cqe, sge) = Msg::into_posted(msg, MsgDir::Recv).map_err(|_| EINVAL)?;
         let wr = b::ib_recv_wr {
             next: ptr::null_mut(),
             __bindgen_anon_1: b::ib_recv_wr__bindgen_ty_1 { wr_cqe: cqe },
@@ -319,10 +339,16 @@ impl<H: CmHandler> CmId<H> {
         Ok(())
     }
 
-    /// Posts `msg` with a signalled Send.
-    pub(crate) fn post_send<O: MsgOwner>(&self, msg: KBox<Msg<O>>) -> Result {
-        let qp = self.qp.as_ref().ok_or(EINVAL)?.qp;
-        let (raw, cqe, sge) = Msg::into_posted(msg, MsgDir::Send)?;
+    /// Posts `msg` with a signalled Send; on failure the message comes back.
+    pub(crate) fn post_send<O: MsgOwner>(
+        &self,
+        msg: KBox<Msg<O>>,
+    ) -> core::result::Result<(), (Error, KBox<Msg<O>>)> {
+        let qp = match self.qp_ptr() {
+            Ok(qp) => qp,
+            Err(e) => return Err((e, msg)),
+        };
+        let (raw, cqe, sge) = Msg::into_posted(msg, MsgDir::Send).map_err(|m| (EINVAL, m))?;
         // SAFETY: All-zero is a valid `ib_send_wr`; the fields that matter are set below.
         let mut wr: b::ib_send_wr = unsafe { core::mem::zeroed() };
         wr.__bindgen_anon_1.wr_cqe = cqe;
@@ -332,11 +358,10 @@ impl<H: CmHandler> CmId<H> {
         wr.send_flags = b::ib_send_flags_IB_SEND_SIGNALED as i32;
         let mut bad = ptr::null();
         // SAFETY: As in `post_recv`.
-        let ret = unsafe { b::rdmadisk_ib_post_send(qp.as_ptr(), &wr, &mut bad) };
+        let ret = unsafe { b::rdmadisk_ib_post_send(qp, &wr, &mut bad) };
         if ret != 0 {
             // SAFETY: The only work request was refused, so the device never got the buffer.
-            drop(unsafe { Msg::reclaim(raw) });
-            return Err(Error::from_errno(ret));
+            return Err((Error::from_errno(ret), unsafe { Msg::reclaim(raw) }));
         }
         Ok(())
     }
@@ -352,6 +377,7 @@ impl<H: CmHandler> Drop for CmId<H> {
             unsafe { b::ib_drain_qp(res.qp.as_ptr()) };
             // SAFETY: Nothing is posted any more; destroying the QP detaches it from the id.
             unsafe { b::rdma_destroy_qp(self.id.as_ptr()) };
+            drop(res.mrs);
             drop(res.cq);
         }
         // SAFETY: The id is ours. `rdma_destroy_id` waits for a running handler and

@@ -372,13 +372,14 @@ impl<O: MsgOwner> Msg<O> {
     }
 
     /// Gives the buffer to the device: syncs it, and turns the box into the raw pointer a work
-    /// request carries. Returns the CQE and SGE pointers to put in the work request.
+    /// request carries. Returns the CQE and SGE pointers to put in the work request, or the
+    /// message if it goes the other way.
     pub(super) fn into_posted(
         mut msg: KBox<Self>,
         want: MsgDir,
-    ) -> Result<(*mut Self, *mut b::ib_cqe, *mut b::ib_sge)> {
+    ) -> core::result::Result<(*mut Self, *mut b::ib_cqe, *mut b::ib_sge), KBox<Self>> {
         if msg.dir != want {
-            return Err(EINVAL);
+            return Err(msg);
         }
         if msg.dir == MsgDir::Send {
             // SAFETY: The mapping is live; the CPU is done writing the buffer.
@@ -505,6 +506,10 @@ impl FrMr {
             ptr,
             _pd: pd.clone(),
         })
+    }
+
+    pub(super) fn as_ptr(&self) -> *mut b::ib_mr {
+        self.ptr.as_ptr()
     }
 
     /// The key the peer uses now.

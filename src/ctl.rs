@@ -3,9 +3,10 @@
 //! The control directory, `/sys/class/rdmadisk/ctl/`: driver-wide state and its attributes.
 
 use core::fmt::Write;
-use kernel::{c_str, new_mutex, prelude::*, sync::Mutex};
+use kernel::{c_str, new_mutex, prelude::*, sync::Arc, sync::Mutex};
 
 use crate::kapi::sysfs::{Attr, ShowBuf};
+use crate::map::{self, DiskTable};
 
 /// Longest RDMA device name we keep (IB_DEVICE_NAME_MAX).
 pub(crate) const DEV_NAME_MAX: usize = 64;
@@ -39,12 +40,15 @@ pub(crate) struct Ctl {
     /// RDMA devices present now. A fixed table, so that tracking them never allocates.
     #[pin]
     ib_devices: Mutex<[Option<DevName>; MAX_IB_DEVICES]>,
+    /// The mapped disks.
+    pub(crate) disks: Arc<DiskTable>,
 }
 
 impl Ctl {
-    pub(crate) fn new() -> impl PinInit<Self> {
+    pub(crate) fn new(disks: Arc<DiskTable>) -> impl PinInit<Self> {
         pin_init!(Self {
             ib_devices <- new_mutex!([None; MAX_IB_DEVICES], "rdmadisk::ctl::ib_devices"),
+            disks,
         })
     }
 
@@ -89,6 +93,10 @@ impl Ctl {
 static IB_DEVICES: Attr<Ctl> = Attr::ro(c_str!("ib_devices"), Ctl::show_ib_devices);
 static VERSION: Attr<Ctl> = Attr::ro(c_str!("version"), Ctl::show_version);
 static PROBE: Attr<Ctl> = Attr::wo(c_str!("probe"), |_, input| crate::probe::probe(input));
+static MAP_DEVICE: Attr<Ctl> = Attr::wo(c_str!("map_device"), |ctl, input| {
+    map::map_device(&ctl.disks, input)
+});
+static DEVICES: Attr<Ctl> = Attr::ro(c_str!("devices"), |ctl, out| ctl.disks.show(out));
 
 /// The attributes of `/sys/class/rdmadisk/ctl/`.
-pub(crate) static ATTRS: &[&Attr<Ctl>] = &[&IB_DEVICES, &VERSION, &PROBE];
+pub(crate) static ATTRS: &[&Attr<Ctl>] = &[&IB_DEVICES, &VERSION, &PROBE, &MAP_DEVICE, &DEVICES];

@@ -7,6 +7,8 @@
 //! lacks are wrapped in `rust/` (the only place with `unsafe`).
 
 #![deny(unsafe_code)]
+// pin_init! of the per-disk state nests deeper than the default limit.
+#![recursion_limit = "256"]
 
 use kernel::{c_str, prelude::*, sync::Arc};
 
@@ -14,9 +16,14 @@ use kernel::{c_str, prelude::*, sync::Arc};
 mod kapi;
 
 mod ctl;
+mod disk;
+mod map;
 mod probe;
 mod proto;
+mod rdma_conn;
 mod rdma_devices;
+mod rdma_queue;
+mod stats;
 
 use kapi::{ib_client, sysfs};
 
@@ -32,6 +39,8 @@ module! {
 }
 
 struct RdmaDisk {
+    // Unmapped first, in `drop`.
+    disks: Arc<map::DiskTable>,
     // Field order is teardown order: stop hearing about RDMA devices first, then remove the
     // control directory, then its class.
     _ib: Pin<KBox<ib_client::Registration<rdma_devices::RdmaDevices>>>,
@@ -41,13 +50,15 @@ struct RdmaDisk {
 
 impl kernel::Module for RdmaDisk {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let ctl = Arc::pin_init(ctl::Ctl::new(), GFP_KERNEL)?;
+        let disks = map::DiskTable::new()?;
+        let ctl = Arc::pin_init(ctl::Ctl::new(disks.clone()), GFP_KERNEL)?;
         let class = sysfs::Class::new(c_str!("rdmadisk"))?;
         let ctl_dev = sysfs::ClassDevice::new(&class, c_str!("ctl"), ctl::ATTRS, ctl.clone())?;
         let ib =
             ib_client::Registration::new(c_str!("rdmadisk"), rdma_devices::RdmaDevices::new(ctl))?;
         pr_info!("loaded\n");
         Ok(Self {
+            disks,
             _ib: ib,
             _ctl_dev: ctl_dev,
             _class: class,
@@ -58,5 +69,6 @@ impl kernel::Module for RdmaDisk {
 impl Drop for RdmaDisk {
     fn drop(&mut self) {
         pr_info!("unloading\n");
+        self.disks.delete_all();
     }
 }

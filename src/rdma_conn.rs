@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Setting up one RDMA connection to a target: resolve, create the PD, CQ and QP, post the
+//! receives the Hello grants, connect with the [`Hello`] and check the [`HelloReply`].
+//!
+//! `ctl/probe` and every hardware queue of a disk connect through [`connect`]. Until the
+//! connection is established its CM events are waited for here; afterwards they go to the
+//! owner's [`Watcher`], since any later event means the connection is failing or gone.
+
+use core::{
+    fmt,
+    sync::atomic::{AtomicU64, Ordering},
+};
+use kernel::{
+    bindings as kb, new_condvar, new_mutex,
+    prelude::*,
+    sync::{Arc, CondVar, CondVarTimeoutResult, Mutex},
+    time::{msecs_to_jiffies, Jiffies, Ktime},
+};
+
+use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps};
+use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
+use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
+
+/// Address and route resolution each; shorter than any budget so that an unreachable host is
+/// reported as such rather than as the budget running out.
+const RESOLVE_MS: u32 = 3_000;
+/// CM events kept until the connector reads them; a set-up sees a handful.
+const MAX_EVENTS: usize = 8;
+
+/// Tells connections apart in the target's log (not a security token).
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// The errnos of network failures, which the kernel crate does not name.
+pub(crate) fn errno(n: u32) -> Error {
+    Error::from_errno(-(n as i32))
+}
+
+/// A target's rdma_cm address.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Peer {
+    pub(crate) addr: [u8; 4],
+    pub(crate) port: u16,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d] = self.addr;
+        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+    }
+}
+
+/// Hears a connection's CM events once it is established.
+pub(crate) trait Watcher: Send + Sync + 'static {
+    /// Any event after `ESTABLISHED` (a disconnect, the device going away, ...).
+    fn event(&self, ev: &CmEvent);
+}
+
+struct Setup {
+    events: [Option<CmEvent>; MAX_EVENTS],
+    established: bool,
+}
+
+impl Setup {
+    fn push(&mut self, ev: CmEvent) {
+        // A full queue only happens with a misbehaving CM; the newest event is the one lost,
+        // and the budget still bounds the wait.
+        if let Some(slot) = self.events.iter_mut().find(|e| e.is_none()) {
+            *slot = Some(ev);
+        }
+    }
+
+    fn pop(&mut self) -> Option<CmEvent> {
+        let first = self.events[0].take()?;
+        self.events.rotate_left(1);
+        Some(first)
+    }
+}
+
+/// The CM handler of a connection: a queue of set-up events, then the owner's [`Watcher`].
+#[pin_data]
+pub(crate) struct ConnEvents<W: Watcher> {
+    #[pin]
+    setup: Mutex<Setup>,
+    #[pin]
+    cv: CondVar,
+    watcher: W,
+}
+
+impl<W: Watcher> ConnEvents<W> {
+    pub(crate) fn new(watcher: W) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                setup <- new_mutex!(
+                    Setup { events: [None; MAX_EVENTS], established: false },
+                    "rdmadisk::conn::setup"
+                ),
+                cv <- new_condvar!("rdmadisk::conn::cv"),
+                watcher,
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    fn next_event(&self, left: &mut Jiffies) -> Result<CmEvent> {
+        let mut s = self.setup.lock();
+        loop {
+            if let Some(ev) = s.pop() {
+                if matches!(ev, CmEvent::Established(_)) {
+                    s.established = true;
+                }
+                return Ok(ev);
+            }
+            match self.cv.wait_interruptible_timeout(&mut s, *left) {
+                CondVarTimeoutResult::Timeout => {
+                    *left = 0;
+                    return Err(errno(kb::ETIMEDOUT));
+                }
+                CondVarTimeoutResult::Signal { .. } => return Err(EINTR),
+                CondVarTimeoutResult::Woken { jiffies } => *left = jiffies,
+            }
+        }
+    }
+}
+
+impl<W: Watcher> CmHandler for ConnEvents<W> {
+    fn event(&self, ev: CmEvent) {
+        let mut s = self.setup.lock();
+        if s.established {
+            drop(s);
+            self.watcher.event(&ev);
+            return;
+        }
+        s.push(ev);
+        drop(s);
+        self.cv.notify_all();
+    }
+}
+
+/// Logs an event that ended a set-up step and turns it into an errno.
+pub(crate) fn fail(who: &str, peer: Peer, step: &str, ev: &CmEvent) -> Error {
+    let status_or = |s: i32, dflt: Error| {
+        if (-4095..0).contains(&s) {
+            Error::from_errno(s)
+        } else {
+            dflt
+        }
+    };
+    match *ev {
+        CmEvent::AddrError(s) | CmEvent::RouteError(s) => {
+            pr_err!("{who} {peer}: {step}: {} (status {s})\n", ev.name());
+            status_or(s, errno(kb::EHOSTUNREACH))
+        }
+        CmEvent::Unreachable(s) => {
+            pr_err!("{who} {peer}: {step}: UNREACHABLE (status {s})\n");
+            if s == errno(kb::ETIMEDOUT).to_errno() {
+                errno(kb::ETIMEDOUT)
+            } else {
+                errno(kb::EHOSTUNREACH)
+            }
+        }
+        CmEvent::Rejected {
+            status,
+            consumer_data,
+        } => {
+            match consumer_data.map(|d| HelloReply::decode(d.as_bytes())) {
+                Some(Ok(r)) => pr_err!(
+                    "{who} {peer}: {step}: REJECTED by the target: {:?}\n",
+                    r.status
+                ),
+                Some(Err(e)) => pr_err!(
+                    "{who} {peer}: {step}: REJECTED with undecodable private data ({e:?})\n"
+                ),
+                None => pr_err!(
+                    "{who} {peer}: {step}: REJECTED (reason {status}; no listener or not our protocol)\n"
+                ),
+            }
+            errno(kb::ECONNREFUSED)
+        }
+        CmEvent::ConnectError(s) => {
+            pr_err!("{who} {peer}: {step}: CONNECT_ERROR (status {s})\n");
+            errno(kb::ECONNABORTED)
+        }
+        CmEvent::Disconnected | CmEvent::AddrChange => {
+            pr_err!("{who} {peer}: {step}: {}\n", ev.name());
+            errno(kb::ECONNRESET)
+        }
+        CmEvent::DeviceRemoval => {
+            pr_err!("{who} {peer}: {step}: the RDMA device is going away\n");
+            ENODEV
+        }
+        CmEvent::Other(n, s) => {
+            pr_err!("{who} {peer}: {step}: unexpected CM event {n} (status {s})\n");
+            errno(kb::EPROTO)
+        }
+        _ => {
+            pr_err!("{who} {peer}: {step}: unexpected {}\n", ev.name());
+            errno(kb::EPROTO)
+        }
+    }
+}
+
+/// What to connect to and with which resources.
+pub(crate) struct ConnSpec<'a> {
+    /// Log prefix ("probe", the disk's name).
+    pub(crate) who: &'a str,
+    pub(crate) peer: Peer,
+    pub(crate) export: ExportName,
+    pub(crate) queue_id: u16,
+    pub(crate) queue_count: u16,
+    pub(crate) caps: QpCaps,
+    pub(crate) cq_entries: u32,
+    pub(crate) poll: PollCtx,
+    /// The whole set-up, from resolving to the accept.
+    pub(crate) budget_ms: u32,
+}
+
+/// An established connection.
+pub(crate) struct Conn<W: Watcher> {
+    // First, so that it is dropped (QP drained and destroyed) before the PD and CQ.
+    pub(crate) cm: CmId<ConnEvents<W>>,
+    pub(crate) pd: Arc<Pd>,
+    pub(crate) dev: DeviceRef,
+    pub(crate) reply: HelloReply,
+}
+
+/// Connects per `spec`. `prepare` runs once the QP exists and before the connect request:
+/// it posts the receives and returns how many, which the Hello grants as credits.
+pub(crate) fn connect<W: Watcher>(
+    spec: &ConnSpec<'_>,
+    events: Arc<ConnEvents<W>>,
+    prepare: impl FnOnce(&CmId<ConnEvents<W>>, &Arc<Pd>) -> Result<u16>,
+) -> Result<Conn<W>> {
+    let (who, peer) = (spec.who, spec.peer);
+    let mut left = msecs_to_jiffies(spec.budget_ms);
+    let expect = |left: &mut Jiffies, step: &str, want: fn(&CmEvent) -> bool| {
+        let ev = events.next_event(left).inspect_err(|e| {
+            pr_err!(
+                "{who} {peer}: {step}: no answer within the {} ms budget ({e:?})\n",
+                spec.budget_ms
+            )
+        })?;
+        if want(&ev) {
+            Ok(ev)
+        } else {
+            Err(fail(who, peer, step, &ev))
+        }
+    };
+
+    let mut cm = CmId::new(events.clone())?;
+    cm.resolve_addr(peer.addr, peer.port, RESOLVE_MS)?;
+    expect(&mut left, "resolving the address", |e| {
+        matches!(e, CmEvent::AddrResolved)
+    })?;
+    cm.resolve_route(RESOLVE_MS)?;
+    expect(&mut left, "resolving the route", |e| {
+        matches!(e, CmEvent::RouteResolved)
+    })?;
+
+    let dev = cm.device()?;
+    let pd = Pd::new(&dev)?;
+    let cq = Cq::new(&dev, spec.cq_entries, u32::from(spec.queue_id), spec.poll)?;
+    cm.create_qp(&pd, &cq, spec.caps)?;
+    let recv_credits = prepare(&cm, &pd)?;
+
+    let hello = Hello {
+        flags: 0,
+        queue_id: spec.queue_id,
+        queue_count: spec.queue_count,
+        recv_credits,
+        session_id: (Ktime::ktime_get().to_ns() as u64) << 8
+            ^ NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
+        export: spec.export,
+    };
+    cm.connect(
+        &hello.to_bytes(),
+        ConnParams {
+            responder_resources: 16,
+            initiator_depth: 16,
+            retry_count: 7,
+            rnr_retry_count: 0,
+        },
+    )?;
+    let CmEvent::Established(accept) = expect(&mut left, "connecting", |e| {
+        matches!(e, CmEvent::Established(_))
+    })?
+    else {
+        return Err(errno(kb::EPROTO));
+    };
+    let reply = HelloReply::decode(accept.as_bytes()).map_err(|e| {
+        pr_err!("{who} {peer}: accepted with an undecodable HelloReply ({e:?})\n");
+        cm.disconnect();
+        errno(kb::EPROTO)
+    })?;
+    if reply.status != HelloStatus::Ok {
+        pr_err!("{who} {peer}: accepted but refused: {:?}\n", reply.status);
+        cm.disconnect();
+        return Err(errno(kb::ECONNREFUSED));
+    }
+    Ok(Conn { cm, pd, dev, reply })
+}

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Per-disk counters, shown as `key=value` lines in `/sys/block/rdmadiskN/rdmadisk/stats`.
+
+use core::{
+    fmt::Write,
+    sync::atomic::{AtomicU64, Ordering},
+};
+use kernel::prelude::*;
+
+use crate::kapi::sysfs::ShowBuf;
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// The counters of one disk. Relaxed atomics: each is exact, their sum is a snapshot.
+        #[derive(Default)]
+        pub(crate) struct Stats {
+            $($(#[$doc])* pub(crate) $name: AtomicU64,)*
+        }
+
+        impl Stats {
+            pub(crate) fn show(&self, out: &mut ShowBuf<'_>) -> Result {
+                $(writeln!(out, concat!(stringify!($name), "={}"), self.$name.load(Ordering::Relaxed))
+                    .map_err(|_| EFBIG)?;)*
+                Ok(())
+            }
+        }
+    };
+}
+
+counters! {
+    /// Read requests completed successfully.
+    reads,
+    /// Write requests completed successfully.
+    writes,
+    read_bytes,
+    write_bytes,
+    flushes,
+    discards,
+    write_zeroes,
+    /// Responses received.
+    responses,
+    /// Responses that arrived with the request's rkey invalidated by the target.
+    remote_invalidations,
+    /// Registrations we had to invalidate ourselves (the response carried no invalidation).
+    local_invalidations,
+    /// Responses that invalidated another key than the request's (connection reset).
+    rkey_mismatches,
+    /// Read data whose CRC32C did not match the response's.
+    crc_read_errors,
+    /// Writes the target refused because the data's CRC32C did not match.
+    crc_write_errors,
+    /// Requests reissued after a CRC mismatch.
+    crc_retries,
+    /// Requests completed with an error.
+    io_errors,
+    /// Times a request waited because no send credit was left.
+    credit_waits,
+    /// Most requests outstanding on one queue at once.
+    max_outstanding,
+    /// Requests whose timer expired.
+    timeouts,
+    /// Connections re-established after a failure.
+    reconnects,
+    /// Requests handed back to blk-mq by a connection reset.
+    requeued,
+}
+
+impl Stats {
+    /// Adds one to a counter.
+    pub(crate) fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n` to a counter.
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
