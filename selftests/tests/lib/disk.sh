@@ -123,8 +123,13 @@ dk_dev_of() { # dk_dev_of NAME: the block device (rdmadiskN) mapped under NAME, 
   on compute "awk -v n='$1' '\$2 == n { print \$1 }' $DK_CTL/devices"
 }
 
-# dk_map_disk NAME EXPORT [MORE-OPTIONS]: maps, checks /dev/<dev> and state "live", and sets
-# DK_DEV; prints the map output indented on failure. Status 0 if the disk is usable.
+# dk_map_disk NAME EXPORT [MORE-OPTIONS]: maps, checks /dev/<dev> and state "live", sets
+# io_timeout_ms to DK_IO_TIMEOUT_MS, and sets DK_DEV; prints the map output indented on failure.
+# Status 0 if the disk is usable.
+# Soft-RoCE under TCG moves 1-3 MB/s, so 2 jobs x 16 requests of up to 1 MiB queue at the target
+# for longer than the driver's 30 s default timeout; a timeout resets the connection, which the
+# tests that count exact wire traffic must not see. Tests of the timeout set their own value.
+DK_IO_TIMEOUT_MS=${DK_IO_TIMEOUT_MS:-120000}
 dk_map_disk() {
   local out
   DK_DEV=
@@ -136,6 +141,8 @@ dk_map_disk() {
   [ -n "$DK_DEV" ] || { echo "  no line for $1 in $DK_CTL/devices"; return 1; }
   on compute "test -b /dev/$DK_DEV && [ \"\$(cat /sys/block/$DK_DEV/rdmadisk/state)\" = live ]" ||
     { echo "  /dev/$DK_DEV missing or not live"; return 1; }
+  on compute "echo $DK_IO_TIMEOUT_MS > /sys/block/$DK_DEV/rdmadisk/io_timeout_ms" ||
+    { echo "  setting io_timeout_ms=$DK_IO_TIMEOUT_MS failed"; return 1; }
 }
 
 dk_unmap() { # dk_unmap DEV normal|force: status of the write; prints its error text
