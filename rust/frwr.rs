@@ -18,7 +18,7 @@
 use core::{
     mem::ManuallyDrop,
     ptr,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
 };
 use kernel::{page::PAGE_SIZE, prelude::*, sync::Arc};
 
@@ -130,6 +130,8 @@ struct MrSlot {
     mr: FrMr,
     // Registered (or being registered) and not yet invalidated.
     busy: AtomicBool,
+    // The key of the current registration, for readers that do not hold the claim.
+    rkey: AtomicU32,
 }
 
 /// One fast-registration MR per tag of a QP.
@@ -156,6 +158,7 @@ impl MrPool {
                     },
                     mr: FrMr::new(pd, max_pages)?,
                     busy: AtomicBool::new(false),
+                    rkey: AtomicU32::new(0),
                 },
                 GFP_KERNEL,
             )?;
@@ -205,8 +208,8 @@ impl<H: CmHandler> CmId<H> {
             return Err((EBUSY, msg));
         }
         let mr = slot.mr.as_ptr();
-        // SAFETY: The MR is not busy (we just claimed it), so no registration uses it; a new
-        // key makes a stale rkey of an earlier I/O useless.
+        // SAFETY: The MR is not busy (we just claimed it), so no registration uses it and only
+        // the claimant touches its key; a new key makes a stale rkey of an earlier I/O useless.
         unsafe { b::rdmadisk_ib_update_fast_reg_key(mr, (slot.mr.rkey() as u8).wrapping_add(1)) };
         // SAFETY: `data` holds `mapped` DMA-mapped entries; the MR has room for the pool's
         // page count, and `ib_map_mr_sg` stops (returning fewer) rather than overrun it.
@@ -231,6 +234,7 @@ impl<H: CmHandler> CmId<H> {
                 len: (*mr).length as u32,
             }
         };
+        slot.rkey.store(desc.rkey, Ordering::Release);
         fill(msg.data_mut(), desc);
         let (raw, cqe, sge) = match Msg::into_posted(msg, MsgDir::Send) {
             Ok(v) => v,
@@ -279,7 +283,7 @@ impl<H: CmHandler> CmId<H> {
     ) -> core::result::Result<(), (Error, KBox<Msg<O>>)> {
         let (qp, rkey) = match self
             .qp_ptr()
-            .and_then(|qp| Ok((qp, self.pool()?.slot(tag)?.mr.rkey())))
+            .and_then(|qp| Ok((qp, self.pool()?.slot(tag)?.rkey.load(Ordering::Acquire))))
         {
             Ok(v) => v,
             Err(e) => return Err((e, msg)),
@@ -308,7 +312,7 @@ impl<H: CmHandler> CmId<H> {
     /// completed. `false` if `rkey` is not the key of its current registration.
     pub(crate) fn mr_invalidated(&self, tag: u32, rkey: u32) -> bool {
         match self.pool().and_then(|p| p.slot(tag)) {
-            Ok(slot) if slot.mr.rkey() == rkey => {
+            Ok(slot) if slot.rkey.load(Ordering::Acquire) == rkey => {
                 slot.busy.store(false, Ordering::Release);
                 true
             }

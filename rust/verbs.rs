@@ -140,7 +140,10 @@ impl Drop for Pd {
 #[derive(Clone, Copy)]
 pub(crate) enum PollCtx {
     /// In softirq context: fastest; handlers must not sleep.
-    #[allow(dead_code, reason = "used by the block data path")]
+    #[allow(
+        dead_code,
+        reason = "the data path polls on the workqueue, see rdma_queue.rs"
+    )]
     Softirq,
     /// On the IB completion workqueue: handlers may sleep.
     Workqueue,
@@ -231,7 +234,6 @@ impl Wc {
 
     /// True when the work request was flushed because the QP went to the error state (a
     /// disconnect or drain), as opposed to failing on its own.
-    #[allow(dead_code, reason = "used by the block data path")]
     pub(crate) fn is_flush(&self) -> bool {
         self.status == b::ib_wc_status_IB_WC_WR_FLUSH_ERR
     }
@@ -356,16 +358,6 @@ impl<O: MsgOwner> Msg<O> {
         &mut self.buf
     }
 
-    /// Sends only the first `len` bytes (for a Send) or accepts at most `len` (for a Receive).
-    #[allow(dead_code, reason = "used by the block data path")]
-    pub(crate) fn set_len(&mut self, len: usize) -> Result {
-        if len > self.buf.len() {
-            return Err(EINVAL);
-        }
-        self.sge.length = len as u32;
-        Ok(())
-    }
-
     /// Whoever the completion is for.
     pub(crate) fn owner(&self) -> &O {
         &self.owner
@@ -456,7 +448,6 @@ unsafe extern "C" fn msg_done<O: MsgOwner>(_cq: *mut b::ib_cq, wc: *mut b::ib_wc
 
 /// Access a fast-registration MR grants the peer. One of the two, never both (see the design:
 /// a write's buffer is only read remotely, a read's only written).
-#[allow(dead_code, reason = "used by the block data path")]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RemoteAccess {
     /// The peer may RDMA Read the region (client writes).
@@ -465,7 +456,6 @@ pub(crate) enum RemoteAccess {
     Write,
 }
 
-#[allow(dead_code, reason = "used by the block data path")]
 impl RemoteAccess {
     /// The `IB_ACCESS_*` bits for an `IB_WR_REG_MR` of this access.
     pub(crate) fn bits(self) -> i32 {
@@ -483,18 +473,17 @@ impl RemoteAccess {
 /// The data path maps a request's scatterlist onto it (`ib_map_mr_sg`) and posts an
 /// `IB_WR_REG_MR` chained before the request's Send; the target's Send-with-Invalidate fences
 /// it again. Those two steps join this type when the block data path lands.
-#[allow(dead_code, reason = "used by the block data path")]
 pub(crate) struct FrMr {
     ptr: NonNull<b::ib_mr>,
     _pd: Arc<Pd>,
 }
 
-// SAFETY: An MR is used by one request at a time; its fields are only changed by `&mut self`.
+// SAFETY: An MR is used by one request at a time; its key is changed only by the holder of its
+// claim (rust/frwr.rs), and the rest by the IB core under its own rules.
 unsafe impl Send for FrMr {}
-// SAFETY: `&FrMr` only reads.
+// SAFETY: `&FrMr` only reads, and the key only by the claim's holder (see `rkey`).
 unsafe impl Sync for FrMr {}
 
-#[allow(dead_code, reason = "used by the block data path")]
 impl FrMr {
     /// Allocates an MR for up to `max_pages` pages.
     pub(crate) fn new(pd: &Arc<Pd>, max_pages: u32) -> Result<Self> {
@@ -512,18 +501,11 @@ impl FrMr {
         self.ptr.as_ptr()
     }
 
-    /// The key the peer uses now.
-    pub(crate) fn rkey(&self) -> u32 {
-        // SAFETY: Live MR; only `&mut self` methods change the key.
+    /// The key the peer uses now. Only for the one who may change it (see rust/frwr.rs:
+    /// the holder of the MR's claim), so that the read never races an update.
+    pub(super) fn rkey(&self) -> u32 {
+        // SAFETY: Live MR; per the contract no one changes the key concurrently.
         unsafe { (*self.ptr.as_ptr()).rkey }
-    }
-
-    /// Moves to the next key (the low byte), so a stale rkey from an earlier I/O no longer
-    /// matches after the next registration.
-    pub(crate) fn bump_key(&mut self) {
-        let next = (self.rkey() as u8).wrapping_add(1);
-        // SAFETY: Live MR, not being registered (we have `&mut self`).
-        unsafe { b::rdmadisk_ib_update_fast_reg_key(self.ptr.as_ptr(), next) };
     }
 }
 
