@@ -14,7 +14,7 @@ export RDMADISK_CACHE := $(CACHE)
 KMAKEFLAGS := RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc BINDGEN=$(CACHE)/bin/bindgen
 CARGO_DIR := userspace-tools
 
-.PHONY: all module kernel deps userspace check check-host check-vm demo clean
+.PHONY: all module kernel deps userspace check check-host check-vm demo bench clean
 
 all: module
 
@@ -47,6 +47,10 @@ check: deps
 
 demo: module userspace
 	@selftests/demo.sh
+
+# Benchmarks: figures and same-run ratios, not pass/fail.
+bench: module userspace
+	@selftests/bench/rdma-qd.sh
 
 clean:
 	@kdir="$(KDIR)"; [ -n "$$kdir" ] || kdir=$$(ls -d $(CACHE)/linux-* 2>/dev/null | head -1); \
