@@ -177,7 +177,10 @@ unsafe extern "C" fn reg_mr_failed(_cq: *mut b::ib_cq, wc: *mut b::ib_wc) {
     // the chained Send flushes, which is where the owner learns of it.
     // SAFETY: The IB core passes a valid completion.
     let status = unsafe { (*wc).status };
-    pr_err!("REG_MR failed (status {status}); the queue's connection will be reset\n");
+    // A flushed one only says the QP is already in the error state.
+    if status != b::ib_wc_status_IB_WC_WR_FLUSH_ERR {
+        pr_err!("REG_MR failed (status {status}); the queue's connection will be reset\n");
+    }
 }
 
 impl<H: CmHandler> CmId<H> {

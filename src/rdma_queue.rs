@@ -386,6 +386,10 @@ impl RdmaQueue {
     fn on_send(&self, msg: KBox<Msg<SendCtx>>, wc: &Wc) {
         let tag = msg.owner().tag;
         if !wc.is_ok() {
+            // A flush outside our own teardown (which marks the queue failed first, making
+            // this quiet) means the QP went to the error state on its own, e.g. after a
+            // responder error: the requests on it will never complete, so reset now rather
+            // than wait for their timeouts.
             if !wc.is_flush() {
                 pr_err!(
                     "{}: queue {}: Send of tag {tag} failed: {} (status {}, vendor {:#x})\n",
@@ -395,8 +399,8 @@ impl RdmaQueue {
                     wc.status,
                     wc.vendor_err
                 );
-                self.fail("a Send failed");
             }
+            self.fail("a Send failed or was flushed");
             return;
         }
         let mut guard = self.inner.lock();
@@ -428,8 +432,17 @@ impl RdmaQueue {
     fn on_recv(&self, msg: KBox<Msg<RecvCtx>>, wc: &Wc) {
         if !wc.is_ok() {
             if !wc.is_flush() {
-                self.fail("a Receive failed");
+                pr_err!(
+                    "{}: queue {}: a Receive failed: {} (status {}, vendor {:#x})\n",
+                    self.disk.name(),
+                    self.qid,
+                    wc.status_str(),
+                    wc.status,
+                    wc.vendor_err
+                );
             }
+            // As for Sends: a flush we did not cause means the QP is in the error state.
+            self.fail("a Receive failed or was flushed");
             return;
         }
         let n = (wc.byte_len as usize).min(RESPONSE_LEN);
