@@ -257,6 +257,7 @@ impl<H: CmHandler> CmId<H> {
         attr.cap.max_send_sge = 1;
         attr.cap.max_recv_sge = 1;
         attr.sq_sig_type = b::ib_sig_type_IB_SIGNAL_REQ_WR;
+        attr.event_handler = Some(qp_event);
         attr.qp_type = b::ib_qp_type_IB_QPT_RC;
         // SAFETY: `id` is live and bound to the device of `pd` and `cq` (the CM checks and
         // fails with EINVAL otherwise); `attr` is read during the call only.
@@ -384,6 +385,17 @@ impl<H: CmHandler> Drop for CmId<H> {
         // delivers no events afterwards, so `_handler` may go after it.
         unsafe { b::rdma_destroy_id(self.id.as_ptr()) };
     }
+}
+
+/// Logs a QP's asynchronous events (a fatal error, a path migration). The owner learns of a
+/// fatal error from the completions, which all flush once the QP is in the error state; this
+/// line says why. May run in atomic context, so it only logs.
+unsafe extern "C" fn qp_event(ev: *mut b::ib_event, _ctx: *mut ffi::c_void) {
+    // SAFETY: The IB core passes a valid event for the duration of the call.
+    let (kind, dev) = unsafe { ((*ev).event, (*ev).device) };
+    // SAFETY: The device of a live QP's event is valid during the call, and so its name.
+    let name = unsafe { kernel::str::CStr::from_char_ptr(b::rdmadisk_ib_device_name(dev)) };
+    pr_warn!("{name}: QP event {kind}\n");
 }
 
 unsafe extern "C" fn cm_handler<H: CmHandler>(
