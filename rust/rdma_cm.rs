@@ -279,6 +279,12 @@ impl<H: CmHandler> CmId<H> {
         Ok(())
     }
 
+    /// Sets the QP's local ACK timeout to 4.096 us * 2^`exp` (before [`CmId::connect`]).
+    pub(crate) fn set_ack_timeout(&self, exp: u8) -> Result {
+        // SAFETY: `id` is live; the value is plain data.
+        kernel::error::to_result(unsafe { b::rdma_set_ack_timeout(self.id.as_ptr(), exp) })
+    }
+
     /// Sends a connect request carrying `private_data` (at most 56 bytes on IB/RoCE);
     /// [`CmEvent::Established`], [`CmEvent::Rejected`], [`CmEvent::Unreachable`] or
     /// [`CmEvent::ConnectError`] follows. Needs the QP.

@@ -25,6 +25,11 @@ use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
 /// Address and route resolution each; shorter than any budget so that an unreachable host is
 /// reported as such rather than as the budget running out.
 const RESOLVE_MS: u32 = 3_000;
+/// Local ACK timeout exponent: 4.096 us * 2^20, about 4.3 s. Under load (and in emulated test
+/// beds) a shorter one makes the peer's large RDMA Reads of our pages retransmit while the first
+/// response still streams; soft-RoCE then can race the replay with the region's invalidation
+/// and move the QP to the error state. Seven retries of 4.3 s still bound a dead peer.
+const ACK_TIMEOUT_EXP: u8 = 20;
 /// CM events kept until the connector reads them; a set-up sees a handful.
 const MAX_EVENTS: usize = 8;
 
@@ -262,6 +267,7 @@ pub(crate) fn connect<W: Watcher>(
     let cq = Cq::new(&dev, spec.cq_entries, u32::from(spec.queue_id), spec.poll)?;
     cm.create_qp(&pd, &cq, spec.caps)?;
     let recv_credits = prepare(&cm, &pd)?;
+    cm.set_ack_timeout(ACK_TIMEOUT_EXP)?;
 
     let hello = Hello {
         flags: 0,

@@ -531,6 +531,27 @@ impl CmId {
         check(unsafe { sys::rdma_accept(self.raw.as_ptr(), &mut p) })
     }
 
+    /// Sets the QP's local ACK timeout, 4.096 us * 2^`exp`, before `connect` or `accept`.
+    /// A timeout shorter than the time a large RDMA Read response takes makes the requester
+    /// retransmit the Read while the first response is still streaming, which on soft-RoCE
+    /// can race the peer's invalidation of the region.
+    pub fn set_ack_timeout(&self, exp: u8) -> io::Result<()> {
+        // From <rdma/rdma_cma.h>; the generated bindings leave these anonymous enums out.
+        const RDMA_OPTION_ID: i32 = 0;
+        const RDMA_OPTION_ID_ACK_TIMEOUT: i32 = 3;
+        let mut v = exp;
+        // SAFETY: raw is live; the option is one u8 read during the call.
+        check(unsafe {
+            sys::rdma_set_option(
+                self.raw.as_ptr(),
+                RDMA_OPTION_ID,
+                RDMA_OPTION_ID_ACK_TIMEOUT,
+                (&mut v as *mut u8).cast(),
+                1,
+            )
+        })
+    }
+
     /// Rejects a connect request with private data.
     pub fn reject(&self, private_data: &[u8]) -> io::Result<()> {
         let len = u8::try_from(private_data.len())

@@ -29,6 +29,8 @@ use crate::export::Export;
 use crate::stats::Stats;
 
 const TICK: Duration = Duration::from_millis(200);
+/// Local ACK timeout exponent of every connection: 4.096 us * 2^20, about 4.3 s.
+const ACK_TIMEOUT_EXP: u8 = 20;
 /// Bytes per receive/send slot (a Request is 48 bytes, a Response 32).
 const SLOT: usize = 64;
 /// Data buffers per connection (one in use while the previous read's RDMA Write drains).
@@ -204,6 +206,9 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
             id.post_recv(wr_id(K_RECV, None, slot), &recv_mr, slot * SLOT, SLOT)?;
         }
         let reply = t.hello_reply(&export).to_bytes();
+        // 4.3 s: well above the time a 1 MiB RDMA Read takes on a slow link (see
+        // set_ack_timeout), still bounded (7 retries) for a peer that is really gone.
+        id.set_ack_timeout(ACK_TIMEOUT_EXP)?;
         id.accept(&ConnParams {
             private_data: &reply,
             responder_resources: 0xff,
