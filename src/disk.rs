@@ -213,8 +213,18 @@ impl DiskDev {
     }
 
     /// The queues are up: I/O may flow (adding the disk reads its partition table).
-    pub(crate) fn go_live(&self) {
+    pub(crate) fn go_live(self: &Arc<Self>) {
         self.set_state(State::Live);
+        // A queue that failed while the disk was still connecting was not acted on then.
+        self.recover_failed_queues();
+    }
+
+    /// Starts a recovery if a connection failed without one being started.
+    fn recover_failed_queues(self: &Arc<Self>) {
+        let failed = self.queues.lock().iter().flatten().any(|q| q.is_failed());
+        if failed {
+            self.queue_failed(0);
+        }
     }
 
     /// Keeps the block device, once added.
@@ -316,10 +326,7 @@ impl DiskDev {
         }
         self.recovering.store(false, Ordering::Release);
         // A new connection may have failed before the flag was clear; its report was dropped.
-        let failed = self.queues.lock().iter().flatten().any(|q| q.is_failed());
-        if failed {
-            self.queue_failed(0);
-        }
+        self.recover_failed_queues();
     }
 
     /// Removes the disk. `force` fails its I/O; otherwise an open disk is `EBUSY`.
