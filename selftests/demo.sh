@@ -42,7 +42,7 @@ demo_fio "4 KiB random reads, queue depth 16, 10 s" randread --rw=randread --bs=
 demo_fio "64 KiB sequential writes, queue depth 16, 16 MiB" seqwrite --rw=write --bs=64k --iodepth=16 --size=16M
 echo "== counters"
 dk_csnap "$DK_DEV"
-dk_show "client /sys/block/$DK_DEV/rdmadisk/stats" "$(grep -E '^(reads|writes|read_bytes|write_bytes|responses|remote_invalidations|max_outstanding|credit_waits|io_errors)=' <<<"$DK_CS")"
+dk_show client "$(grep -E '^(reads|writes|read_bytes|write_bytes|responses|remote_invalidations|max_outstanding|credit_waits|io_errors)=' <<<"$DK_CS")"
 dk_tsnap
 dk_show "target" "$(grep -E '^(reads|writes|rdma_reads|rdma_writes|send_with_inv|plain_sends|rdma_connections|credit_waits)=' <<<"$DK_TS")"
 echo "== unmap and unload"
