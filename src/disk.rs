@@ -223,7 +223,7 @@ impl DiskDev {
     fn recover_failed_queues(self: &Arc<Self>) {
         let failed = self.queues.lock().iter().flatten().any(|q| q.is_failed());
         if failed {
-            self.queue_failed(0);
+            self.queue_failed();
         }
     }
 
@@ -243,7 +243,7 @@ impl DiskDev {
     }
 
     /// A queue failed: start a recovery unless one is under way or the disk is going.
-    pub(crate) fn queue_failed(self: &Arc<Self>, _qid: u16) {
+    pub(crate) fn queue_failed(self: &Arc<Self>) {
         let st = self.state.lock();
         if matches!(*st, State::Deleting { .. } | State::Connecting) {
             return;
@@ -380,7 +380,7 @@ impl DiskDev {
     }
 
     fn store_unmap(&self, input: &[u8]) -> Result {
-        let force = match trim(input) {
+        let force = match input.trim_ascii() {
             b"normal" => false,
             b"force" => true,
             _ => {
@@ -417,14 +417,9 @@ impl DiskDev {
     }
 }
 
-/// `input` without surrounding whitespace (`echo` adds a newline).
-pub(crate) fn trim(input: &[u8]) -> &[u8] {
-    input.trim_ascii()
-}
-
 /// Parses a decimal knob value in `min..=max`; `EINVAL` with a log line otherwise.
 fn parse_knob(who: &str, knob: &str, input: &[u8], min: u32, max: u32) -> Result<u32> {
-    let v = core::str::from_utf8(trim(input))
+    let v = core::str::from_utf8(input.trim_ascii())
         .ok()
         .and_then(|s| s.parse::<u32>().ok())
         .filter(|v| (min..=max).contains(v));

@@ -119,7 +119,7 @@ impl Watcher for QueueWatch {
                 self.qid,
                 ev.name()
             );
-            self.disk.queue_failed(self.qid);
+            self.disk.queue_failed();
         }
     }
 }
@@ -379,7 +379,7 @@ impl RdmaQueue {
                 self.disk.name(),
                 self.qid
             );
-            self.disk.queue_failed(self.qid);
+            self.disk.queue_failed();
         }
     }
 
@@ -504,7 +504,7 @@ impl RdmaQueue {
 
     /// Moves a tag whose Send and response are both in: a LOCAL_INV if its key is still
     /// valid, else it is done and returned, to be completed after the lock is dropped.
-    fn advance(&self, g: &mut Inner, tag: u32) -> Option<Done> {
+    fn advance(&self, g: &mut Inner, tag: u32) -> Option<Inflight> {
         let slot = g.slots.get_mut(tag as usize)?;
         let io = slot.io.as_mut()?;
         if io.rkey.is_some() && !io.invalidated {
@@ -523,7 +523,7 @@ impl RdmaQueue {
         }
         let io = slot.io.take()?;
         g.send_credits.complete();
-        Some(io.into_done())
+        Some(io)
     }
 
     /// Tears the connection down (waiting for the QP to drain) and hands every request that
@@ -556,26 +556,10 @@ impl RdmaQueue {
     }
 }
 
-/// A request whose exchange is over, on its way to completion.
-pub(crate) struct Done {
-    data: Data,
-    op: Opcode,
-    resp: Option<Response>,
-}
-
 impl Inflight {
-    fn into_done(self) -> Done {
-        Done {
-            data: self.data,
-            op: self.op,
-            resp: self.resp,
-        }
-    }
-}
-
-impl Done {
-    /// Unmaps, checks the result and CRC, and ends or retries the request.
-    pub(crate) fn complete(self, disk: &DiskDev) {
+    /// Once its exchange is over: unmaps, checks the result and CRC, and ends or retries the
+    /// request.
+    fn complete(self, disk: &DiskDev) {
         let stats = &disk.stats;
         let rq = self.data.into_rq();
         let Some(resp) = self.resp else {
