@@ -8,6 +8,7 @@
 
 #include <linux/types.h>
 #include <linux/dma-direction.h>
+#include <linux/spinlock_types.h>
 
 struct device;
 struct ib_device;
@@ -23,6 +24,11 @@ struct bio_vec;
 struct bvec_iter;
 struct gendisk;
 struct kobject;
+
+void rdmadisk_read_lock_bh(rwlock_t *lock);
+void rdmadisk_read_unlock_bh(rwlock_t *lock);
+void rdmadisk_write_lock_bh(rwlock_t *lock);
+void rdmadisk_write_unlock_bh(rwlock_t *lock);
 
 const char *rdmadisk_ib_device_name(const struct ib_device *ibdev);
 void *rdmadisk_dev_get_drvdata(const struct device *dev);

@@ -9,8 +9,12 @@
 #include <linux/in.h>
 #include <linux/kobject.h>
 #include <linux/module.h>
+#include <linux/net.h>
+#include <linux/socket.h>
+#include <linux/tcp.h>
 #include <linux/scatterlist.h>
 #include <net/net_namespace.h>
+#include <net/sock.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 #include "rdmadisk_helpers.h"
@@ -29,3 +33,6 @@ const blk_features_t RDMADISK_BLK_FEAT_FUA = BLK_FEAT_FUA;
 const blk_features_t RDMADISK_BLK_FEAT_STABLE_WRITES = BLK_FEAT_STABLE_WRITES;
 const blk_opf_t RDMADISK_REQ_FUA = REQ_FUA;
 const unsigned int RDMADISK_BLK_MQ_F_SHOULD_MERGE = BLK_MQ_F_SHOULD_MERGE;
+
+/* For rust/socket.rs. */
+const gfp_t RDMADISK_GFP_NOIO = GFP_NOIO;

@@ -5,6 +5,7 @@
 #include <linux/device.h>
 #include <linux/highmem.h>
 #include <linux/jiffies.h>
+#include <linux/spinlock.h>
 #include <rdma/ib_verbs.h>
 #include "rdmadisk_helpers.h"
 
@@ -152,4 +153,24 @@ unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms)
 unsigned int rdmadisk_disk_openers(struct gendisk *disk)
 {
 	return disk_openers(disk);
+}
+
+void rdmadisk_read_lock_bh(rwlock_t *lock)
+{
+	read_lock_bh(lock);
+}
+
+void rdmadisk_read_unlock_bh(rwlock_t *lock)
+{
+	read_unlock_bh(lock);
+}
+
+void rdmadisk_write_lock_bh(rwlock_t *lock)
+{
+	write_lock_bh(lock);
+}
+
+void rdmadisk_write_unlock_bh(rwlock_t *lock)
+{
+	write_unlock_bh(lock);
 }

@@ -12,6 +12,7 @@ pub(crate) mod blk_mq;
 pub(crate) mod frwr;
 pub(crate) mod ib_client;
 pub(crate) mod rdma_cm;
+pub(crate) mod socket;
 pub(crate) mod sysfs;
 pub(crate) mod verbs;
 pub(crate) mod work;

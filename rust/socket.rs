@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Kernel TCP sockets (`sock_create_kern`), for the TCP transport.
+//!
+//! A [`TcpSocket`] is an IPv4 TCP connection in the initial network namespace. Set-up is
+//! blocking and bounded by the socket timeouts; afterwards the owner either sends blocking
+//! (bounded by the send timeout) or receives without blocking, woken by the socket's
+//! `sk_data_ready` / `sk_state_change` callbacks, which [`TcpSocket::hook`] forwards to a
+//! [`SockEvents`] (as nvme-tcp does, under `sk_callback_lock`).
+//!
+//! Sends copy the data into the socket (`kernel_sendmsg` with a `kvec`): the transport completes
+//! a write once the target answers, and a retransmission after that must not read pages the
+//! block layer has already handed back.
+
+use core::{
+    ffi::c_void,
+    marker::PhantomData,
+    mem,
+    ptr::{self, NonNull},
+};
+use kernel::{ffi, prelude::*, sync::Arc, time::msecs_to_jiffies};
+
+use super::bindings as b;
+
+/// What a hooked socket reports. Both run in atomic context (softirq, under the socket's
+/// callback lock): they must not sleep, and typically queue a work item.
+pub(crate) trait SockEvents: Send + Sync + 'static {
+    /// Data arrived.
+    fn data_ready(this: &Arc<Self>);
+    /// The connection changed state (e.g. the peer closed or reset it).
+    fn state_change(this: &Arc<Self>);
+}
+
+/// What `sk_user_data` points to while hooked: the owner, and the callbacks to restore.
+struct Hook<T: SockEvents> {
+    owner: Arc<T>,
+    data_ready: Option<unsafe extern "C" fn(*mut b::sock)>,
+    state_change: Option<unsafe extern "C" fn(*mut b::sock)>,
+}
+
+/// A connected kernel TCP socket. Dropping it shuts it down, unhooks it and releases it.
+pub(crate) struct TcpSocket<T: SockEvents> {
+    sock: NonNull<b::socket>,
+    hooked: bool,
+    _owner: PhantomData<Arc<T>>,
+}
+
+// SAFETY: The socket layer serialises its users itself (`lock_sock`); concurrent send and
+// receive from different threads is what kernel sockets support. The hook is only installed
+// and removed through `&mut self`.
+unsafe impl<T: SockEvents> Send for TcpSocket<T> {}
+// SAFETY: See `Send`; the `&self` methods are `kernel_sendmsg`, `kernel_recvmsg` and
+// `kernel_sock_shutdown`, which may run concurrently.
+unsafe impl<T: SockEvents> Sync for TcpSocket<T> {}
+
+fn check(ret: ffi::c_int) -> Result<usize> {
+    if ret < 0 {
+        Err(Error::from_errno(ret))
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+impl<T: SockEvents> TcpSocket<T> {
+    /// Connects to `addr:port`, waiting at most `timeout_ms`, which also becomes the send and
+    /// receive timeout. May sleep.
+    pub(crate) fn connect(addr: [u8; 4], port: u16, timeout_ms: u32) -> Result<Self> {
+        let mut raw: *mut b::socket = ptr::null_mut();
+        // SAFETY: `init_net` lives as long as the kernel; `raw` is valid for the result.
+        check(unsafe {
+            b::sock_create_kern(
+                ptr::addr_of_mut!(b::init_net),
+                b::AF_INET as ffi::c_int,
+                b::sock_type_SOCK_STREAM as ffi::c_int,
+                b::IPPROTO_TCP as ffi::c_int,
+                &mut raw,
+            )
+        })?;
+        let s = Self {
+            sock: NonNull::new(raw).ok_or(ENOMEM)?,
+            hooked: false,
+            _owner: PhantomData,
+        };
+        let sk = s.sk();
+        // SAFETY: `sk` is the new socket's `struct sock`, not yet shared with anyone. A block
+        // driver's socket must not recurse into I/O to allocate (GFP_NOIO), nor use the
+        // current task's page fragment, which belongs to whichever task we run in
+        // (nvme-tcp does the same).
+        unsafe {
+            (*sk).sk_allocation = b::RDMADISK_GFP_NOIO;
+            (*sk).sk_use_task_frag = false;
+            b::tcp_sock_set_nodelay(sk);
+        }
+        s.set_timeout_ms(timeout_ms);
+        let sin = b::sockaddr_in {
+            sin_family: b::AF_INET as _,
+            sin_port: port.to_be(),
+            sin_addr: b::in_addr {
+                s_addr: u32::from_ne_bytes(addr),
+            },
+            ..Default::default()
+        };
+        // SAFETY: `sin` is a valid `sockaddr_in` of the given length, read during the call.
+        check(unsafe {
+            b::kernel_connect(
+                s.sock.as_ptr(),
+                ptr::from_ref(&sin).cast_mut().cast(),
+                mem::size_of::<b::sockaddr_in>() as ffi::c_int,
+                0,
+            )
+        })?;
+        Ok(s)
+    }
+
+    fn sk(&self) -> *mut b::sock {
+        // SAFETY: `sock` is a live socket we own; its `sk` is set for its whole life.
+        unsafe { (*self.sock.as_ptr()).sk }
+    }
+
+    /// Sets how long a blocking send or receive may wait.
+    pub(crate) fn set_timeout_ms(&self, ms: u32) {
+        let j = msecs_to_jiffies(ms) as ffi::c_long;
+        let sk = self.sk();
+        // SAFETY: `sk` is live. The timeouts are plain words read at the start of each
+        // blocking call (as `sock_setsockopt` writes them, without the socket lock).
+        unsafe {
+            ptr::addr_of_mut!((*sk).sk_sndtimeo).write_volatile(j);
+            ptr::addr_of_mut!((*sk).sk_rcvtimeo).write_volatile(j);
+        }
+    }
+
+    /// Sends all of `buf`, blocking up to the send timeout. `more` says more data follows at
+    /// once (`MSG_MORE`), so TCP may hold a partial segment back.
+    pub(crate) fn send(&self, mut buf: &[u8], more: bool) -> Result {
+        while !buf.is_empty() {
+            let mut iov = b::kvec {
+                iov_base: buf.as_ptr().cast_mut().cast(),
+                iov_len: buf.len(),
+            };
+            // SAFETY: An all-zero `msghdr` is the empty message `kernel_sendmsg` expects
+            // (it sets up the iterator from `iov` itself).
+            let mut msg: b::msghdr = unsafe { mem::zeroed() };
+            msg.msg_flags = (b::MSG_NOSIGNAL | if more { b::MSG_MORE } else { 0 }) as _;
+            // SAFETY: `iov` describes `buf`, which is readable for the call; `msg` is valid.
+            let n = check(unsafe {
+                b::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut iov, 1, buf.len())
+            })?;
+            if n == 0 {
+                return Err(EPIPE);
+            }
+            buf = &buf[n.min(buf.len())..];
+        }
+        Ok(())
+    }
+
+    /// Receives into `buf`. Without `wait`, returns what is there now, or `EAGAIN`; with it,
+    /// fills all of `buf` or fails after the receive timeout (`EAGAIN`). `Ok(0)`: the peer
+    /// closed the connection.
+    pub(crate) fn recv(&self, buf: &mut [u8], wait: bool) -> Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut iov = b::kvec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: As in `send`.
+        let mut msg: b::msghdr = unsafe { mem::zeroed() };
+        let flags = if wait {
+            b::MSG_WAITALL
+        } else {
+            b::MSG_DONTWAIT
+        };
+        // SAFETY: `iov` describes `buf`, writable for the call; `msg` is valid.
+        check(unsafe {
+            b::kernel_recvmsg(
+                self.sock.as_ptr(),
+                &mut msg,
+                &mut iov,
+                1,
+                buf.len(),
+                flags as ffi::c_int,
+            )
+        })
+    }
+
+    /// Shuts both directions down: blocked senders and receivers return, the peer sees the end.
+    pub(crate) fn shutdown(&self) {
+        // SAFETY: `sock` is live; shutting down twice is harmless.
+        unsafe { b::kernel_sock_shutdown(self.sock.as_ptr(), b::sock_shutdown_cmd_SHUT_RDWR) };
+    }
+
+    /// Forwards the socket's data-ready and state-change callbacks to `owner` until dropped.
+    pub(crate) fn hook(&mut self, owner: Arc<T>) -> Result {
+        if self.hooked {
+            return Err(EBUSY);
+        }
+        let hook = KBox::new(
+            Hook {
+                owner,
+                data_ready: None,
+                state_change: None,
+            },
+            GFP_KERNEL,
+        )?;
+        let hook = KBox::into_raw(hook);
+        let sk = self.sk();
+        // SAFETY: `sk` is live; the callbacks and `sk_user_data` are changed under the write
+        // side of `sk_callback_lock`, which the socket's callbacks hold for reading. `hook`
+        // stays valid until `unhook` takes it back under the same lock.
+        unsafe {
+            b::rdmadisk_write_lock_bh(ptr::addr_of_mut!((*sk).sk_callback_lock));
+            (*hook).data_ready = (*sk).sk_data_ready;
+            (*hook).state_change = (*sk).sk_state_change;
+            (*sk).sk_user_data = hook.cast::<c_void>();
+            (*sk).sk_data_ready = Some(data_ready::<T>);
+            (*sk).sk_state_change = Some(state_change::<T>);
+            b::rdmadisk_write_unlock_bh(ptr::addr_of_mut!((*sk).sk_callback_lock));
+        }
+        self.hooked = true;
+        Ok(())
+    }
+
+    fn unhook(&mut self) {
+        if !mem::replace(&mut self.hooked, false) {
+            return;
+        }
+        let sk = self.sk();
+        // SAFETY: `hooked` says `sk_user_data` is the `Hook<T>` from `hook`. Once the
+        // callbacks are restored under the write lock, no callback can be using it (they hold
+        // the read lock while they do), so it may be freed.
+        unsafe {
+            b::rdmadisk_write_lock_bh(ptr::addr_of_mut!((*sk).sk_callback_lock));
+            let hook = (*sk).sk_user_data.cast::<Hook<T>>();
+            (*sk).sk_data_ready = (*hook).data_ready;
+            (*sk).sk_state_change = (*hook).state_change;
+            (*sk).sk_user_data = ptr::null_mut();
+            b::rdmadisk_write_unlock_bh(ptr::addr_of_mut!((*sk).sk_callback_lock));
+            drop(KBox::from_raw(hook));
+        }
+    }
+}
+
+impl<T: SockEvents> Drop for TcpSocket<T> {
+    fn drop(&mut self) {
+        self.shutdown();
+        self.unhook();
+        // SAFETY: We own the socket and nothing else refers to it any more.
+        unsafe { b::sock_release(self.sock.as_ptr()) };
+    }
+}
+
+/// Calls `f` with the hook of `sk`, if it is still hooked, under the read side of its
+/// callback lock.
+///
+/// # Safety
+///
+/// `sk` is a live socket, and if its `sk_user_data` is non-null it is a `Hook<T>`.
+unsafe fn with_hook<T: SockEvents, R>(
+    sk: *mut b::sock,
+    f: impl FnOnce(&Hook<T>) -> R,
+) -> Option<R> {
+    // SAFETY: Per the function's contract; the hook cannot be freed while the read lock is held.
+    unsafe {
+        let lock = ptr::addr_of_mut!((*sk).sk_callback_lock);
+        b::rdmadisk_read_lock_bh(lock);
+        let hook = (*sk).sk_user_data.cast::<Hook<T>>().cast_const();
+        let r = hook.as_ref().map(f);
+        b::rdmadisk_read_unlock_bh(lock);
+        r
+    }
+}
+
+unsafe extern "C" fn data_ready<T: SockEvents>(sk: *mut b::sock) {
+    // SAFETY: The socket layer calls this only for a live socket, which `hook` installed it on
+    // with a `Hook<T>` as `sk_user_data` (or null, once unhooked).
+    unsafe { with_hook::<T, _>(sk, |h| T::data_ready(&h.owner)) };
+}
+
+unsafe extern "C" fn state_change<T: SockEvents>(sk: *mut b::sock) {
+    // SAFETY: As for `data_ready`.
+    let orig = unsafe {
+        with_hook::<T, _>(sk, |h| {
+            T::state_change(&h.owner);
+            h.state_change
+        })
+    };
+    // The socket's own state-change callback wakes its waiters (a blocked connect or send).
+    if let Some(Some(f)) = orig {
+        // SAFETY: `f` is the callback the socket had before `hook`, for this socket.
+        unsafe { f(sk) };
+    }
+}
