@@ -14,18 +14,17 @@
 //! here sleeps. Requests are ended outside the lock.
 
 use core::{mem, sync::atomic::Ordering};
-use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
+use kernel::{new_spinlock, prelude::*, str::CStr, sync::Arc, sync::SpinLock};
 
 use crate::disk::{DiskDev, DiskRq};
-use crate::kapi::blk_mq::{BlkStatus, ReqOp};
+use crate::io::{self, Via};
+use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::frwr::DmaRq;
 use crate::kapi::rdma_cm::{CmEvent, QpCaps};
 use crate::kapi::verbs::{DeviceRef, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
-use crate::proto::crc32c::crc32c_append;
 use crate::proto::credits::{CreditReceiver, CreditSender};
-use crate::proto::wire::{
-    req_flags, HelloReply, Opcode, RemoteBuf, Request, Response, Status, REQUEST_LEN, RESPONSE_LEN,
-};
+use crate::proto::policy::Transport;
+use crate::proto::wire::{HelloReply, Opcode, RemoteBuf, Response, REQUEST_LEN, RESPONSE_LEN};
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
 
@@ -35,8 +34,6 @@ pub(crate) const QUEUE_DEPTH: u16 = 64;
 pub(crate) const MR_PAGES: u32 = 257;
 /// Largest request, from the MR size.
 pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * 4096;
-/// How often a request is reissued after a CRC mismatch before it fails.
-pub(crate) const MAX_CRC_RETRIES: u8 = 3;
 /// Set-up budget of one connection.
 const CONNECT_BUDGET_MS: u32 = 10_000;
 
@@ -47,13 +44,6 @@ enum Data {
 }
 
 impl Data {
-    fn rq(&self) -> &DiskRq {
-        match self {
-            Data::None(rq) => rq,
-            Data::Mapped(d) => d.rq(),
-        }
-    }
-
     /// Unmaps (the device is done with the pages) and gives the request back.
     fn into_rq(self) -> DiskRq {
         match self {
@@ -119,7 +109,7 @@ impl Watcher for QueueWatch {
                 self.qid,
                 ev.name()
             );
-            self.disk.queue_failed();
+            self.disk.queue_failed(Transport::Rdma);
         }
     }
 }
@@ -145,13 +135,6 @@ impl MsgOwner for RecvCtx {
         let q = msg.owner().queue.clone();
         q.on_recv(msg, wc);
     }
-}
-
-/// CRC32C of a request's data.
-fn data_crc(rq: &DiskRq) -> u32 {
-    let mut crc = 0;
-    rq.for_each_segment(|seg| crc = crc32c_append(crc, seg));
-    crc
 }
 
 impl RdmaQueue {
@@ -248,23 +231,19 @@ impl RdmaQueue {
         self: &Arc<Self>,
         rq: DiskRq,
     ) -> core::result::Result<(), (DiskRq, BlkStatus)> {
-        let (op, access) = match rq.op() {
-            ReqOp::Read => (Opcode::Read, Some(RemoteAccess::Write)),
-            ReqOp::Write => (Opcode::Write, Some(RemoteAccess::Read)),
-            ReqOp::Flush => (Opcode::Flush, None),
-            ReqOp::Discard => (Opcode::Discard, None),
-            ReqOp::WriteZeroes => (Opcode::WriteZeroes, None),
-            ReqOp::Other(_) => return Err((rq, BlkStatus::NotSupp)),
+        let Some(mut req) = io::request(&rq) else {
+            return Err((rq, BlkStatus::NotSupp));
         };
-        let crc = if op == Opcode::Write {
-            data_crc(&rq)
-        } else {
-            0
+        let op = req.opcode;
+        let access = match op {
+            Opcode::Read => Some(RemoteAccess::Write),
+            Opcode::Write => Some(RemoteAccess::Read),
+            _ => None,
         };
         let dev: DeviceRef = {
             let g = self.inner.lock();
             match &g.conn {
-                Some(c) if !g.failed && g.send_credits.available() > 0 => c.dev.clone(),
+                Some(c) if !g.failed && self.disk.credit_ok(&g.send_credits) => c.dev.clone(),
                 Some(_) if !g.failed => {
                     Stats::inc(&self.stats().credit_waits);
                     return Err((rq, BlkStatus::Resource));
@@ -282,22 +261,11 @@ impl RdmaQueue {
             },
             _ => Data::None(rq),
         };
-        let rq = data.rq();
-        let tag = rq.tag();
-        let mut req = Request {
-            opcode: op,
-            flags: if rq.is_fua() { req_flags::FUA } else { 0 },
-            credits: 0,
-            tag,
-            sector: rq.sector(),
-            length: rq.bytes(),
-            data_crc: crc,
-            buf: RemoteBuf::default(),
-        };
+        let tag = req.tag;
 
         let mut guard = self.inner.lock();
         let g = &mut *guard;
-        let ready = !g.failed && g.conn.is_some() && g.send_credits.available() > 0;
+        let ready = !g.failed && g.conn.is_some() && self.disk.credit_ok(&g.send_credits);
         let msg = match g.slots.get_mut(tag as usize) {
             Some(slot) if ready && slot.io.is_none() => slot.send.take(),
             _ => None,
@@ -379,7 +347,7 @@ impl RdmaQueue {
                 self.disk.name(),
                 self.qid
             );
-            self.disk.queue_failed();
+            self.disk.queue_failed(Transport::Rdma);
         }
     }
 
@@ -550,6 +518,14 @@ impl RdmaQueue {
         drop(slots);
     }
 
+    /// Whether the connection is on the RDMA device named `dev`.
+    pub(crate) fn on_device(&self, dev: &CStr) -> bool {
+        let g = self.inner.lock();
+        g.conn
+            .as_ref()
+            .is_some_and(|c| c.dev.name().as_bytes() == dev.as_bytes())
+    }
+
     /// True if the connection failed or is gone.
     pub(crate) fn is_failed(&self) -> bool {
         self.inner.lock().failed
@@ -557,69 +533,12 @@ impl RdmaQueue {
 }
 
 impl Inflight {
-    /// Once its exchange is over: unmaps, checks the result and CRC, and ends or retries the
-    /// request.
+    /// Once its exchange is over: unmaps, and ends or retries the request by its response.
     fn complete(self, disk: &DiskDev) {
-        let stats = &disk.stats;
         let rq = self.data.into_rq();
-        let Some(resp) = self.resp else {
-            return rq.requeue(true);
-        };
-        let bytes = u64::from(rq.bytes());
-        let status = match resp.status {
-            Status::Ok if self.op == Opcode::Read => {
-                if resp.length != rq.bytes() || data_crc(&rq) != resp.data_crc {
-                    Stats::inc(&stats.crc_read_errors);
-                    Err(Status::CrcMismatch)
-                } else {
-                    Ok(())
-                }
-            }
-            Status::Ok => Ok(()),
-            Status::CrcMismatch => {
-                Stats::inc(&stats.crc_write_errors);
-                Err(Status::CrcMismatch)
-            }
-            s => Err(s),
-        };
-        match status {
-            Ok(()) => {
-                rq.pdu().crc_retries.store(0, Ordering::Relaxed);
-                let (count, byte_count) = match self.op {
-                    Opcode::Read => (&stats.reads, Some(&stats.read_bytes)),
-                    Opcode::Write => (&stats.writes, Some(&stats.write_bytes)),
-                    Opcode::Flush => (&stats.flushes, None),
-                    Opcode::Discard => (&stats.discards, None),
-                    Opcode::WriteZeroes | Opcode::Nop => (&stats.write_zeroes, None),
-                };
-                Stats::inc(count);
-                if let Some(b) = byte_count {
-                    Stats::add(b, bytes);
-                }
-                rq.end(BlkStatus::Ok);
-            }
-            Err(Status::CrcMismatch)
-                if rq.pdu().crc_retries.fetch_add(1, Ordering::Relaxed) < MAX_CRC_RETRIES =>
-            {
-                Stats::inc(&stats.crc_retries);
-                rq.requeue(true);
-            }
-            Err(s) => {
-                Stats::inc(&stats.io_errors);
-                pr_err!(
-                    "{}: {:?} of {} bytes at sector {} failed: {s}\n",
-                    disk.name(),
-                    self.op,
-                    bytes,
-                    rq.sector()
-                );
-                rq.pdu().crc_retries.store(0, Ordering::Relaxed);
-                rq.end(match s {
-                    Status::Unsupported => BlkStatus::NotSupp,
-                    Status::ReadOnly => BlkStatus::Protection,
-                    _ => BlkStatus::IoErr,
-                });
-            }
+        match self.resp {
+            Some(resp) => io::finish(disk, rq, self.op, &resp, Via::Rdma),
+            None => rq.requeue(true),
         }
     }
 }

@@ -62,8 +62,25 @@ counters! {
     timeouts,
     /// Connections re-established after a failure.
     reconnects,
-    /// Requests handed back to blk-mq by a connection reset.
+    /// Requests handed back to blk-mq by a connection reset or a transport switch.
     requeued,
+    /// Requests completed over RDMA, and their bytes.
+    rdma_ios,
+    rdma_bytes,
+    /// Requests completed over TCP, and their bytes.
+    tcp_ios,
+    tcp_bytes,
+    /// Switches from RDMA to TCP.
+    failovers,
+    /// Switches from TCP back to RDMA.
+    failbacks,
+    /// Requests handed back to blk-mq by a transport switch (also counted in `requeued`).
+    switch_requeued,
+    /// RDMA probes while on TCP, and how many failed.
+    probes,
+    probe_failures,
+    /// TCP connections set up.
+    tcp_connects,
 }
 
 impl Stats {
