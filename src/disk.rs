@@ -1,35 +1,39 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One mapped disk: its blk-mq hooks, its connections (one [`RdmaQueue`] per hardware
-//! queue), connection recovery, and `/sys/block/rdmadiskN/rdmadisk/`.
+//! One mapped disk: its blk-mq hooks and its connections, one per hardware queue, on RDMA
+//! ([`crate::rdma_queue`]) or TCP ([`crate::tcp_queue`]). The session work
+//! ([`session`]) keeps them connected and moves them between transports; the knobs under
+//! `/sys/block/rdmadiskN/rdmadisk/` are in [`knobs`].
 //!
 //! Recovery follows nvme-rdma's reset + reconnect: a failed queue (I/O timeout, CM event,
-//! failed completion, hostile response) makes the disk tear down every connection, requeue
-//! the requests that were on them, and reconnect with exponential backoff. Requests wait
+//! failed completion, hostile response) makes the disk reconnect every connection, requeue
+//! the requests that were on them, and retry with exponential backoff. Requests wait
 //! (`BLK_STS_RESOURCE`) meanwhile and fail only once the loss timeout has passed.
 
-use core::{
-    fmt::Write,
-    sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering},
-};
+mod knobs;
+mod session;
+
+pub(crate) use knobs::ATTRS;
+
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use kernel::{
-    c_str, new_condvar, new_mutex, new_spinlock, new_work,
+    new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
     sync::{Arc, CondVar, Mutex, SpinLock},
     time::{msecs_to_jiffies, Ktime},
     workqueue::{self, impl_has_work, Work, WorkItem},
 };
 
-use crate::kapi::blk_mq::{
-    BlkStatus, Disk, DiskAttr, DiskAttrs, Driver, HwQueue, Rq, RqRef, TimeoutAction,
-};
-use crate::kapi::sysfs::ShowBuf;
+use crate::kapi::blk_mq::{BlkStatus, Disk, Driver, HwQueue, Rq, RqRef, TimeoutAction};
 use crate::kapi::work;
 use crate::map::DiskTable;
+use crate::proto::credits::CreditSender;
 use crate::proto::options::DeviceName;
-use crate::proto::wire::ExportName;
+use crate::proto::policy::{Policy, PolicyConfig, Transport};
+use crate::proto::wire::{ExportName, HelloReply};
+use crate::queue::Queue;
 use crate::rdma_conn::Peer;
-use crate::rdma_queue::RdmaQueue;
+use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
 
 /// A request of an rdmadisk.
@@ -81,6 +85,8 @@ pub(crate) struct DiskParams {
     pub(crate) name: DeviceName,
     pub(crate) export: ExportName,
     pub(crate) peer: Peer,
+    /// The target's TCP port (same address as `peer`).
+    pub(crate) tcp_port: u16,
     pub(crate) read_only: bool,
     pub(crate) nr_queues: u16,
 }
@@ -92,23 +98,27 @@ pub(crate) struct DiskDev {
     name: DeviceName,
     pub(crate) export: ExportName,
     pub(crate) peer: Peer,
+    tcp_port: u16,
     pub(crate) read_only: bool,
     pub(crate) nr_queues: u16,
     pub(crate) stats: Stats,
     io_timeout_ms: AtomicU32,
     loss_timeout_s: AtomicU32,
+    max_credits: AtomicU32,
     table: Arc<DiskTable>,
     #[pin]
     state: SpinLock<State>,
-    /// A recovery is queued or running.
-    recovering: AtomicBool,
+    /// Which transport I/O should use, and when to switch.
     #[pin]
-    queues: SpinLock<KVec<Option<Arc<RdmaQueue>>>>,
+    policy: SpinLock<Policy>,
+    #[pin]
+    queues: SpinLock<KVec<Option<Queue>>>,
     /// The block device; taken out to delete it.
     #[pin]
     disk: Mutex<Option<Disk<DiskDev>>>,
+    /// Set by events for the session work; a nap ends early when it is set.
     #[pin]
-    nap: Mutex<()>,
+    kicked: SpinLock<bool>,
     #[pin]
     wake: CondVar,
     #[pin]
@@ -123,11 +133,11 @@ impl WorkItem for DiskDev {
     type Pointer = Arc<DiskDev>;
 
     fn run(this: Arc<DiskDev>) {
-        this.recover();
+        this.run_session();
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     Ktime::ktime_get().to_ms()
 }
 
@@ -137,23 +147,26 @@ impl DiskDev {
         for _ in 0..p.nr_queues {
             queues.push(None, GFP_KERNEL)?;
         }
+        let policy = Policy::new(PolicyConfig::default(), now_ms() as u64);
         Arc::pin_init(
             pin_init!(Self {
                 index: p.index,
                 name: p.name,
                 export: p.export,
                 peer: p.peer,
+                tcp_port: p.tcp_port,
                 read_only: p.read_only,
                 nr_queues: p.nr_queues,
                 stats: Stats::default(),
                 io_timeout_ms: AtomicU32::new(DEFAULT_IO_TIMEOUT_MS),
                 loss_timeout_s: AtomicU32::new(DEFAULT_LOSS_TIMEOUT_S),
+                max_credits: AtomicU32::new(u32::from(QUEUE_DEPTH)),
                 table,
                 state <- new_spinlock!(State::Connecting, "rdmadisk::disk::state"),
-                recovering: AtomicBool::new(false),
+                policy <- new_spinlock!(policy, "rdmadisk::disk::policy"),
                 queues <- new_spinlock!(queues, "rdmadisk::disk::queues"),
                 disk <- new_mutex!(None, "rdmadisk::disk::disk"),
-                nap <- new_mutex!((), "rdmadisk::disk::nap"),
+                kicked <- new_spinlock!(false, "rdmadisk::disk::kicked"),
                 wake <- new_condvar!("rdmadisk::disk::wake"),
                 work <- new_work!("rdmadisk::disk::work"),
             }),
@@ -164,6 +177,14 @@ impl DiskDev {
     /// The mapping's name, for logs.
     pub(crate) fn name(&self) -> &str {
         self.name.as_str()
+    }
+
+    /// The target's TCP endpoint.
+    pub(crate) fn tcp_peer(&self) -> Peer {
+        Peer {
+            addr: self.peer.addr,
+            port: self.tcp_port,
+        }
     }
 
     pub(crate) fn state(&self) -> State {
@@ -182,24 +203,49 @@ impl DiskDev {
         self.io_timeout_ms.load(Ordering::Relaxed)
     }
 
-    /// Connects every queue (all or none); returns the first queue's Hello reply.
-    pub(crate) fn connect_queues(self: &Arc<Self>) -> Result<crate::proto::wire::HelloReply> {
+    /// Whether a queue may send one more request: the target granted a credit, and the
+    /// `max_credits` knob allows one more in flight.
+    pub(crate) fn credit_ok(&self, c: &CreditSender) -> bool {
+        c.available() > 0 && c.in_flight() < self.max_credits.load(Ordering::Relaxed)
+    }
+
+    /// Connects every queue on `t` (all or none); returns them with the first queue's Hello
+    /// reply.
+    fn connect_all(self: &Arc<Self>, t: Transport) -> Result<(KVec<Option<Queue>>, HelloReply)> {
+        let mut qs = KVec::with_capacity(self.nr_queues.into(), GFP_KERNEL)?;
         let mut first = None;
         for qid in 0..self.nr_queues {
-            match RdmaQueue::connect(self, qid) {
+            match Queue::connect(self, qid, t) {
                 Ok((q, reply)) => {
                     first.get_or_insert(reply);
-                    if let Some(slot) = self.queues.lock().get_mut(usize::from(qid)) {
-                        *slot = Some(q);
-                    }
+                    // Cannot fail: the capacity is there.
+                    let _ = qs.push(Some(q), GFP_KERNEL);
                 }
                 Err(e) => {
-                    self.shutdown_queues(|rq| rq.end(BlkStatus::IoErr));
+                    for q in qs.iter().flatten() {
+                        q.shutdown(|rq| rq.end(BlkStatus::IoErr));
+                    }
                     return Err(e);
                 }
             }
         }
-        first.ok_or(EINVAL)
+        Ok((qs, first.ok_or(EINVAL)?))
+    }
+
+    /// Connects every queue on RDMA for a new mapping; returns the first queue's Hello reply.
+    pub(crate) fn connect_queues(self: &Arc<Self>) -> Result<HelloReply> {
+        let (qs, reply) = self.connect_all(Transport::Rdma)?;
+        *self.queues.lock() = qs;
+        Ok(reply)
+    }
+
+    /// Puts `fresh` in place of the current connections, then tears those down, handing
+    /// their requests to `dispose`.
+    fn replace_queues(&self, fresh: KVec<Option<Queue>>, mut dispose: impl FnMut(DiskRq)) {
+        let old = core::mem::replace(&mut *self.queues.lock(), fresh);
+        for q in old.iter().flatten() {
+            q.shutdown(&mut dispose);
+        }
     }
 
     /// Tears down every connection, handing their requests to `dispose`.
@@ -212,18 +258,26 @@ impl DiskDev {
         }
     }
 
+    /// The transport every queue is connected on, if they all are and none has failed.
+    fn healthy_transport(&self) -> Option<Transport> {
+        let qs = self.queues.lock();
+        let mut t = None;
+        for q in qs.iter() {
+            let q = q.as_ref().filter(|q| !q.is_failed())?;
+            if t.is_some_and(|t| t != q.transport()) {
+                return None;
+            }
+            t = Some(q.transport());
+        }
+        t
+    }
+
     /// The queues are up: I/O may flow (adding the disk reads its partition table).
     pub(crate) fn go_live(self: &Arc<Self>) {
         self.set_state(State::Live);
         // A queue that failed while the disk was still connecting was not acted on then.
-        self.recover_failed_queues();
-    }
-
-    /// Starts a recovery if a connection failed without one being started.
-    fn recover_failed_queues(self: &Arc<Self>) {
-        let failed = self.queues.lock().iter().flatten().any(|q| q.is_failed());
-        if failed {
-            self.queue_failed();
+        if self.healthy_transport().is_none() {
+            self.queue_failed(Transport::Rdma);
         }
     }
 
@@ -242,25 +296,54 @@ impl DiskDev {
         self.state().name()
     }
 
-    /// A queue failed: start a recovery unless one is under way or the disk is going.
-    pub(crate) fn queue_failed(self: &Arc<Self>) {
-        let st = self.state.lock();
-        if matches!(*st, State::Deleting { .. } | State::Connecting) {
-            return;
+    /// A queue on `t` failed: the disk stops issuing until it is reconnected, and the
+    /// session work reconnects, or switches transport if the policy says so. Any context.
+    pub(crate) fn queue_failed(self: &Arc<Self>, t: Transport) {
+        let first = {
+            let mut st = self.state.lock();
+            match *st {
+                State::Deleting { .. } | State::Connecting => return,
+                State::Live => {
+                    *st = State::Reconnecting { since_ms: now_ms() };
+                    true
+                }
+                State::Reconnecting { .. } | State::Failed => false,
+            }
+        };
+        // One failure per incident, however many queues report it.
+        if first && t == Transport::Rdma {
+            let _ = self.policy.lock().on_rdma_failure(now_ms() as u64);
         }
-        if !self.recovering.swap(true, Ordering::AcqRel) {
-            // Enqueued under the state lock, so `delete` (which sets `Deleting` under it, then
-            // flushes the work) never misses an item.
-            let _ = workqueue::system_long().enqueue(self.clone());
-        }
-        drop(st);
+        self.kick();
     }
 
-    fn requeue_or_fail(&self, rq: DiskRq) {
+    /// Has the session work look at the disk again: queues it, or ends its nap.
+    pub(crate) fn kick(self: &Arc<Self>) {
+        let st = self.state.lock();
+        if matches!(*st, State::Deleting { .. }) {
+            return;
+        }
+        // Enqueued under the state lock, so `delete` (which sets `Deleting` under it, then
+        // flushes the work) never misses an item.
+        let _ = workqueue::system_long().enqueue(self.clone());
+        drop(st);
+        self.wake_session();
+    }
+
+    /// Ends the session work's nap.
+    fn wake_session(&self) {
+        *self.kicked.lock() = true;
+        self.wake.notify_all();
+    }
+
+    fn requeue_or_fail(&self, rq: DiskRq, switch: bool) {
         if matches!(self.state(), State::Deleting { force: true }) {
             rq.end(BlkStatus::IoErr);
         } else {
             Stats::inc(&self.stats.requeued);
+            if switch {
+                Stats::inc(&self.stats.switch_requeued);
+            }
             rq.requeue(true);
         }
     }
@@ -269,64 +352,23 @@ impl DiskDev {
         matches!(self.state(), State::Deleting { .. })
     }
 
-    /// Sleeps up to `ms`, or less when the disk is being deleted.
-    fn nap(&self, ms: u32) {
-        let mut g = self.nap.lock();
-        if !self.deleting() {
+    /// Sleeps up to `ms`, less if kicked or the disk is being deleted. True if kicked.
+    fn nap(&self, ms: u32) -> bool {
+        let mut g = self.kicked.lock();
+        if !*g && !self.deleting() {
             let _ = self
                 .wake
                 .wait_interruptible_timeout(&mut g, msecs_to_jiffies(ms));
         }
+        core::mem::replace(&mut *g, false)
     }
 
-    fn recover(self: &Arc<Self>) {
-        {
-            let mut st = self.state.lock();
-            match *st {
-                State::Deleting { .. } => {
-                    drop(st);
-                    self.recovering.store(false, Ordering::Release);
-                    return;
-                }
-                State::Live | State::Connecting => *st = State::Reconnecting { since_ms: now_ms() },
-                State::Reconnecting { .. } | State::Failed => {}
-            }
+    /// Lets I/O that waited for a connection go.
+    fn restart_io(&self) {
+        if let Some(d) = self.disk.lock().as_ref() {
+            d.kick_requeue_list();
+            d.run_queues();
         }
-        pr_warn!("{}: resetting the connection\n", self.name());
-        self.shutdown_queues(|rq| self.requeue_or_fail(rq));
-        let mut backoff = BACKOFF_FIRST_MS;
-        while !self.deleting() {
-            match self.connect_queues() {
-                Ok(_) => {
-                    Stats::inc(&self.stats.reconnects);
-                    pr_info!("{}: reconnected to {}\n", self.name(), self.peer);
-                    self.set_state(State::Live);
-                    break;
-                }
-                Err(e) => {
-                    let loss_ms = i64::from(self.loss_timeout_s.load(Ordering::Relaxed)) * 1000;
-                    if let State::Reconnecting { since_ms } = self.state() {
-                        if now_ms() - since_ms > loss_ms {
-                            pr_err!(
-                                "{}: no connection for {} s: failing I/O, still reconnecting\n",
-                                self.name(),
-                                loss_ms / 1000
-                            );
-                            self.set_state(State::Failed);
-                        }
-                    }
-                    pr_warn!(
-                        "{}: reconnecting failed ({e:?}); next try in {backoff} ms\n",
-                        self.name()
-                    );
-                    self.nap(backoff);
-                    backoff = (backoff * 2).min(BACKOFF_MAX_MS);
-                }
-            }
-        }
-        self.recovering.store(false, Ordering::Release);
-        // A new connection may have failed before the flag was clear; its report was dropped.
-        self.recover_failed_queues();
     }
 
     /// Removes the disk. `force` fails its I/O; otherwise an open disk is `EBUSY`.
@@ -339,10 +381,7 @@ impl DiskDev {
             return Err(EBUSY);
         }
         *self.state.lock() = State::Deleting { force };
-        {
-            let _g = self.nap.lock();
-            self.wake.notify_all();
-        }
+        self.wake_session();
         work::flush(&self.work);
         if force {
             disk.mark_dead();
@@ -355,78 +394,9 @@ impl DiskDev {
         Ok(())
     }
 
-    fn queue(&self, hw: u32) -> Option<Arc<RdmaQueue>> {
+    fn queue(&self, hw: u32) -> Option<Queue> {
         self.queues.lock().get(hw as usize).and_then(Clone::clone)
     }
-
-    fn show_name(&self, out: &mut ShowBuf<'_>) -> Result {
-        writeln!(out, "{}", self.name()).map_err(|_| EFBIG)
-    }
-
-    fn show_export(&self, out: &mut ShowBuf<'_>) -> Result {
-        writeln!(out, "{}", self.export).map_err(|_| EFBIG)
-    }
-
-    fn show_address(&self, out: &mut ShowBuf<'_>) -> Result {
-        writeln!(out, "{}", self.peer).map_err(|_| EFBIG)
-    }
-
-    fn show_state(&self, out: &mut ShowBuf<'_>) -> Result {
-        writeln!(out, "{}", self.state_name()).map_err(|_| EFBIG)
-    }
-
-    fn show_stats(&self, out: &mut ShowBuf<'_>) -> Result {
-        self.stats.show(out)
-    }
-
-    fn store_unmap(&self, input: &[u8]) -> Result {
-        let force = match input.trim_ascii() {
-            b"normal" => false,
-            b"force" => true,
-            _ => {
-                pr_err!("{}: unmap: expected 'normal' or 'force'\n", self.name());
-                return Err(EINVAL);
-            }
-        };
-        // The table holds the disk's `Arc`; deleting through it keeps the disk alive for
-        // the call.
-        self.table.delete(self.index, force)
-    }
-
-    fn show_io_timeout(&self, out: &mut ShowBuf<'_>) -> Result {
-        writeln!(out, "{}", self.io_timeout_ms()).map_err(|_| EFBIG)
-    }
-
-    fn store_io_timeout(&self, input: &[u8]) -> Result {
-        let ms = parse_knob(self.name(), "io_timeout_ms", input, 1_000, 600_000)?;
-        if let Some(d) = self.disk.lock().as_ref() {
-            d.set_timeout_ms(ms);
-        }
-        self.io_timeout_ms.store(ms, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn show_loss_timeout(&self, out: &mut ShowBuf<'_>) -> Result {
-        writeln!(out, "{}", self.loss_timeout_s.load(Ordering::Relaxed)).map_err(|_| EFBIG)
-    }
-
-    fn store_loss_timeout(&self, input: &[u8]) -> Result {
-        let s = parse_knob(self.name(), "loss_timeout_s", input, 0, 86_400)?;
-        self.loss_timeout_s.store(s, Ordering::Relaxed);
-        Ok(())
-    }
-}
-
-/// Parses a decimal knob value in `min..=max`; `EINVAL` with a log line otherwise.
-fn parse_knob(who: &str, knob: &str, input: &[u8], min: u32, max: u32) -> Result<u32> {
-    let v = core::str::from_utf8(input.trim_ascii())
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .filter(|v| (min..=max).contains(v));
-    v.ok_or_else(|| {
-        pr_err!("{who}: {knob}: expected a whole number from {min} to {max}\n");
-        EINVAL
-    })
 }
 
 impl Driver for DiskDev {
@@ -452,7 +422,7 @@ impl Driver for DiskDev {
             State::Live => {}
             State::Connecting => return Err((rq, BlkStatus::Resource)),
             State::Reconnecting { since_ms } => {
-                let loss_ms = i64::from(self.loss_timeout_s.load(Ordering::Relaxed)) * 1000;
+                let loss_ms = i64::from(self.loss_timeout_s()) * 1000;
                 return if now_ms() - since_ms > loss_ms {
                     fail(rq)
                 } else {
@@ -482,32 +452,3 @@ impl Driver for DiskDev {
         TimeoutAction::ResetTimer
     }
 }
-
-static NAME: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("name"), DiskDev::show_name);
-static EXPORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("export"), DiskDev::show_export);
-static ADDRESS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("address"), DiskDev::show_address);
-static STATE: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("state"), DiskDev::show_state);
-static STATS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("stats"), DiskDev::show_stats);
-static UNMAP: DiskAttr<DiskDev> = DiskAttr::wo_self_remove(c_str!("unmap"), DiskDev::store_unmap);
-static IO_TIMEOUT: DiskAttr<DiskDev> = DiskAttr::rw(
-    c_str!("io_timeout_ms"),
-    DiskDev::show_io_timeout,
-    DiskDev::store_io_timeout,
-);
-static LOSS_TIMEOUT: DiskAttr<DiskDev> = DiskAttr::rw(
-    c_str!("loss_timeout_s"),
-    DiskDev::show_loss_timeout,
-    DiskDev::store_loss_timeout,
-);
-
-/// `/sys/block/rdmadiskN/rdmadisk/`.
-pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
-    &NAME,
-    &EXPORT,
-    &ADDRESS,
-    &STATE,
-    &STATS,
-    &UNMAP,
-    &IO_TIMEOUT,
-    &LOSS_TIMEOUT,
-];

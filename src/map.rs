@@ -9,7 +9,7 @@ use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
 use crate::disk::{DiskDev, DiskParams, ATTRS};
 use crate::kapi::blk_mq::{Disk, DiskConfig, Limits};
 use crate::kapi::sysfs::ShowBuf;
-use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT};
+use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT};
 use crate::proto::wire::{features, SECTOR_SHIFT};
 use crate::rdma_conn::Peer;
 use crate::rdma_queue::{MAX_IO_BYTES, QUEUE_DEPTH};
@@ -59,15 +59,23 @@ impl DiskTable {
         }
     }
 
+    /// Disk `index`, if mapped.
+    pub(crate) fn get(&self, index: u32) -> Option<Arc<DiskDev>> {
+        self.disks.lock().get(index as usize).and_then(Clone::clone)
+    }
+
+    /// Calls `f` for each mapped disk, outside the table's lock.
+    pub(crate) fn each(&self, mut f: impl FnMut(&Arc<DiskDev>)) {
+        for index in 0..MAX_DISKS as u32 {
+            if let Some(d) = self.get(index) {
+                f(&d);
+            }
+        }
+    }
+
     /// Unmaps disk `index` (see [`DiskDev::delete`]).
     pub(crate) fn delete(&self, index: u32, force: bool) -> Result {
-        let dev = self
-            .disks
-            .lock()
-            .get(index as usize)
-            .and_then(Clone::clone)
-            .ok_or(ENODEV)?;
-        dev.delete(force)
+        self.get(index).ok_or(ENODEV)?.delete(force)
     }
 
     /// Unmaps every disk, at module unload. A disk that is open cannot be here: its opener
@@ -122,6 +130,7 @@ pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
             addr,
             port: opts.port.unwrap_or(DEFAULT_RDMA_PORT),
         },
+        tcp_port: opts.tcp_port.unwrap_or(DEFAULT_TCP_PORT),
         read_only: opts.read_only,
         nr_queues: opts.queues.unwrap_or(1),
     };

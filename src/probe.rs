@@ -50,7 +50,8 @@ pub(crate) fn probe(input: &[u8]) -> Result {
         addr,
         port: opts.port.unwrap_or(DEFAULT_RDMA_PORT),
     };
-    run(peer, export).inspect_err(|e| pr_err!("probe {peer}: failed: {e:?}\n"))
+    run("probe", peer, export, BUDGET_MS, true)
+        .inspect_err(|e| pr_err!("probe {peer}: failed: {e:?}\n"))
 }
 
 /// What the prober waits for once connected, filled in by the CM watcher and the completion
@@ -122,7 +123,15 @@ impl MsgOwner for ProbeMsg {
     }
 }
 
-fn run(peer: Peer, export: ExportName) -> Result {
+/// Connects to `export` at `peer`, sends one `Nop` and checks its answer, all within
+/// `budget_ms`. `who` prefixes the log lines; `verbose` logs what the target offers.
+pub(crate) fn run(
+    who: &str,
+    peer: Peer,
+    export: ExportName,
+    budget_ms: u32,
+    verbose: bool,
+) -> Result {
     let waiter = Arc::pin_init(
         pin_init!(Waiter {
             state <- new_mutex!(State::default(), "rdmadisk::probe::state"),
@@ -132,7 +141,7 @@ fn run(peer: Peer, export: ExportName) -> Result {
     )?;
     let t0 = Ktime::ktime_get();
     let spec = ConnSpec {
-        who: "probe",
+        who,
         peer,
         export,
         queue_id: 0,
@@ -145,7 +154,7 @@ fn run(peer: Peer, export: ExportName) -> Result {
         },
         cq_entries: 8,
         poll: PollCtx::Workqueue,
-        budget_ms: BUDGET_MS,
+        budget_ms,
     };
     // The response's receive is posted before connecting: the Hello grants it to the target.
     let conn = rdma_conn::connect(&spec, ConnEvents::new(waiter.clone())?, |cm, pd| {
@@ -161,8 +170,9 @@ fn run(peer: Peer, export: ExportName) -> Result {
         Ok(1)
     })?;
     let reply = &conn.reply;
-    pr_info!(
-        "probe {peer}: connected on {} to export {}: capacity {} sectors, block size {}/{}, max_io {} bytes, max_segments {}, queue_depth {}, initial_credits {}, features {:#x}\n",
+    if verbose {
+        pr_info!(
+        "{who} {peer}: probe connected on {} to export {}: capacity {} sectors, block size {}/{}, max_io {} bytes, max_segments {}, queue_depth {}, initial_credits {}, features {:#x}\n",
         conn.dev.name(),
         export,
         reply.capacity_sectors,
@@ -174,9 +184,10 @@ fn run(peer: Peer, export: ExportName) -> Result {
         reply.initial_credits,
         reply.features
     );
+    }
     let spent = (Ktime::ktime_get().to_ns() - t0.to_ns()) / 1_000_000;
-    let mut left = msecs_to_jiffies(BUDGET_MS.saturating_sub(spent as u32));
-    let res = nop(&conn.cm, &conn.pd, &waiter, &mut left, peer, reply);
+    let mut left = msecs_to_jiffies(budget_ms.saturating_sub(spent as u32));
+    let res = nop(&conn.cm, &conn.pd, &waiter, &mut left, peer, reply, verbose);
     conn.cm.disconnect();
     res
 }
@@ -189,6 +200,7 @@ fn nop(
     left: &mut Jiffies,
     peer: Peer,
     reply: &HelloReply,
+    verbose: bool,
 ) -> Result {
     if reply.initial_credits == 0 {
         pr_err!("probe {peer}: the target granted no credits; cannot send a request\n");
@@ -275,6 +287,9 @@ fn nop(
         return Err(errno(kb::EPROTO));
     }
     let inv = wc.invalidated_rkey.is_some();
+    if !verbose {
+        return Ok(());
+    }
     pr_info!(
         "probe {peer}: NOP answered: tag {} status {}, {} credits granted, {} bytes, invalidate {}, {} us\n",
         resp.tag,

@@ -2,21 +2,24 @@
 
 //! Watching RDMA devices come and go (`rdma link add/delete`, NIC driver load/unload).
 //!
-//! Sessions will move between RDMA and TCP on these events; for now the driver records which
-//! devices exist, for the control directory and the log.
+//! The driver records which devices exist, for the control directory and the log, and tells
+//! every disk: a disk moves its I/O to TCP when the device it uses goes, and back to RDMA
+//! when a device comes (DESIGN.md, "Transport switching").
 
 use kernel::{prelude::*, sync::Arc};
 
 use crate::ctl::{Ctl, DevName};
 use crate::kapi::ib_client::{ClientOps, Device};
+use crate::map::DiskTable;
 
 pub(crate) struct RdmaDevices {
     ctl: Arc<Ctl>,
+    disks: Arc<DiskTable>,
 }
 
 impl RdmaDevices {
-    pub(crate) fn new(ctl: Arc<Ctl>) -> Self {
-        Self { ctl }
+    pub(crate) fn new(ctl: Arc<Ctl>, disks: Arc<DiskTable>) -> Self {
+        Self { ctl, disks }
     }
 }
 
@@ -27,10 +30,13 @@ impl ClientOps for RdmaDevices {
         let name = KBox::new(DevName::new(dev.name().as_bytes()), GFP_KERNEL)?;
         self.ctl.ib_device_added(*name)?;
         pr_info!("RDMA device {} added\n", dev.name());
+        self.disks.each(|d| d.rdma_device_added());
         Ok(name)
     }
 
     fn remove(&self, dev: &Device, name: KBox<DevName>) {
+        // Before returning: the device's unregistration waits for its resources.
+        self.disks.each(|d| d.rdma_device_removed(dev.name()));
         self.ctl.ib_device_removed(&name);
         pr_info!("RDMA device {} removed\n", dev.name());
     }

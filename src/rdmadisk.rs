@@ -17,13 +17,16 @@ mod kapi;
 
 mod ctl;
 mod disk;
+mod io;
 mod map;
 mod probe;
 mod proto;
+mod queue;
 mod rdma_conn;
 mod rdma_devices;
 mod rdma_queue;
 mod stats;
+mod tcp_queue;
 
 use kapi::{ib_client, sysfs};
 
@@ -52,10 +55,10 @@ impl kernel::Module for RdmaDisk {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let disks = map::DiskTable::new()?;
         let ctl = Arc::pin_init(ctl::Ctl::new(disks.clone()), GFP_KERNEL)?;
+        let devices = rdma_devices::RdmaDevices::new(ctl.clone(), disks.clone());
         let class = sysfs::Class::new(c_str!("rdmadisk"))?;
         let ctl_dev = sysfs::ClassDevice::new(&class, c_str!("ctl"), ctl::ATTRS, ctl.clone())?;
-        let ib =
-            ib_client::Registration::new(c_str!("rdmadisk"), rdma_devices::RdmaDevices::new(ctl))?;
+        let ib = ib_client::Registration::new(c_str!("rdmadisk"), devices)?;
         pr_info!("loaded\n");
         Ok(Self {
             disks,

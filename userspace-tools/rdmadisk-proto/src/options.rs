@@ -16,6 +16,8 @@ pub const DEVICE_NAME_MAX: usize = 32;
 pub const MAX_QUEUES: u16 = 256;
 /// rdma_cm port used when `port=` is absent (the target's default too).
 pub const DEFAULT_RDMA_PORT: u16 = 7700;
+/// TCP port used when `tcp_port=` is absent (the target's default too).
+pub const DEFAULT_TCP_PORT: u16 = 7701;
 /// Longest unknown key quoted back in an error, in bytes.
 pub const KEY_QUOTE_MAX: usize = 32;
 

@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use rdmadisk_proto::options::DEFAULT_TCP_PORT;
 use serde::Deserialize;
 
 /// rdmadisk storage target: serves block exports to rdmadisk clients over RDMA (rdma_cm, RC
@@ -177,7 +178,7 @@ impl Config {
             tcp_port: if no_tcp {
                 None
             } else {
-                Some(args.tcp_port.or(file.tcp_port).unwrap_or(7701))
+                Some(args.tcp_port.or(file.tcp_port).unwrap_or(DEFAULT_TCP_PORT))
             },
             allow,
             max_io_bytes,

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `/sys/block/rdmadiskN/rdmadisk/`: what the disk is, how it is doing, and its knobs.
+//!
+//! Every knob is validated on write: bad input is `EINVAL` with a log line naming the knob
+//! and its range, and leaves the value as it was.
+
+use core::{fmt::Write, sync::atomic::Ordering};
+use kernel::{c_str, prelude::*};
+
+use super::{DiskDev, State};
+use crate::kapi::blk_mq::{DiskAttr, DiskAttrs};
+use crate::kapi::sysfs::ShowBuf;
+use crate::proto::policy::{
+    Mode, PolicyConfig, State as PState, Transport, MAX_FAILOVER_THRESHOLD,
+};
+use crate::rdma_queue::QUEUE_DEPTH;
+
+/// Parses a decimal knob value in `min..=max`; `EINVAL` with a log line otherwise.
+fn parse_knob(who: &str, knob: &str, input: &[u8], min: u32, max: u32) -> Result<u32> {
+    let v = core::str::from_utf8(input.trim_ascii())
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|v| (min..=max).contains(v));
+    v.ok_or_else(|| {
+        pr_err!("{who}: {knob}: expected a whole number from {min} to {max}\n");
+        EINVAL
+    })
+}
+
+fn show_value(out: &mut ShowBuf<'_>, v: impl core::fmt::Display) -> Result {
+    writeln!(out, "{v}").map_err(|_| EFBIG)
+}
+
+impl DiskDev {
+    pub(crate) fn loss_timeout_s(&self) -> u32 {
+        self.loss_timeout_s.load(Ordering::Relaxed)
+    }
+
+    fn show_name(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.name())
+    }
+
+    fn show_export(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.export)
+    }
+
+    fn show_address(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.peer)
+    }
+
+    fn show_state(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.state_name())
+    }
+
+    fn show_stats(&self, out: &mut ShowBuf<'_>) -> Result {
+        self.stats.show(out)
+    }
+
+    fn store_unmap(&self, input: &[u8]) -> Result {
+        let force = match input.trim_ascii() {
+            b"normal" => false,
+            b"force" => true,
+            _ => {
+                pr_err!("{}: unmap: expected 'normal' or 'force'\n", self.name());
+                return Err(EINVAL);
+            }
+        };
+        // The table holds the disk's `Arc`; deleting through it keeps the disk alive for
+        // the call.
+        self.table.delete(self.index, force)
+    }
+
+    fn show_io_timeout(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.io_timeout_ms())
+    }
+
+    fn store_io_timeout(&self, input: &[u8]) -> Result {
+        let ms = parse_knob(self.name(), "io_timeout_ms", input, 1_000, 600_000)?;
+        if let Some(d) = self.disk.lock().as_ref() {
+            d.set_timeout_ms(ms);
+        }
+        self.io_timeout_ms.store(ms, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn show_loss_timeout(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.loss_timeout_s())
+    }
+
+    fn store_loss_timeout(&self, input: &[u8]) -> Result {
+        let s = parse_knob(self.name(), "loss_timeout_s", input, 0, 86_400)?;
+        self.loss_timeout_s.store(s, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn show_max_credits(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.max_credits.load(Ordering::Relaxed))
+    }
+
+    fn store_max_credits(&self, input: &[u8]) -> Result {
+        let n = parse_knob(self.name(), "max_credits", input, 1, u32::from(QUEUE_DEPTH))?;
+        self.max_credits.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn show_transport(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(
+            out,
+            match self.policy.lock().mode() {
+                Mode::Auto => "auto",
+                Mode::Rdma => "rdma",
+                Mode::Tcp => "tcp",
+            },
+        )
+    }
+
+    fn store_transport(&self, input: &[u8]) -> Result {
+        let mode = match input.trim_ascii() {
+            b"auto" => Mode::Auto,
+            b"rdma" => Mode::Rdma,
+            b"tcp" => Mode::Tcp,
+            _ => {
+                pr_err!("{}: transport: expected auto, rdma or tcp\n", self.name());
+                return Err(EINVAL);
+            }
+        };
+        let _ = self.policy.lock().set_mode(mode, super::now_ms() as u64);
+        // The table's `Arc` of this disk, to queue its session work.
+        if let Some(me) = self.table.get(self.index) {
+            me.kick();
+        }
+        Ok(())
+    }
+
+    /// The transport I/O is issued on now, or `none` while there is no healthy connection.
+    fn show_active_transport(&self, out: &mut ShowBuf<'_>) -> Result {
+        let t = match self.state() {
+            State::Live => self.healthy_transport(),
+            _ => None,
+        };
+        show_value(
+            out,
+            match t {
+                Some(Transport::Rdma) => "rdma",
+                Some(Transport::Tcp) => "tcp",
+                None => "none",
+            },
+        )
+    }
+
+    fn show_session(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(
+            out,
+            match self.policy.lock().state() {
+                PState::Rdma => "rdma",
+                PState::Draining { to: Transport::Tcp } => "draining-to-tcp",
+                PState::Draining {
+                    to: Transport::Rdma,
+                } => "draining-to-rdma",
+                PState::Tcp => "tcp",
+                PState::Probing => "probing",
+            },
+        )
+    }
+
+    /// Changes one field of the policy's configuration.
+    fn store_policy(
+        &self,
+        input: &[u8],
+        knob: &str,
+        (min, max): (u32, u32),
+        set: fn(&mut PolicyConfig, u32),
+    ) -> Result {
+        let v = parse_knob(self.name(), knob, input, min, max)?;
+        let mut p = self.policy.lock();
+        let mut cfg = p.config();
+        set(&mut cfg, v);
+        p.set_config(cfg).map_err(|e| {
+            pr_err!("{}: {knob}: {e}\n", self.name());
+            EINVAL
+        })
+    }
+
+    fn show_failover_threshold(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.policy.lock().config().failover_threshold)
+    }
+
+    fn store_failover_threshold(&self, input: &[u8]) -> Result {
+        self.store_policy(
+            input,
+            "failover_threshold",
+            (1, MAX_FAILOVER_THRESHOLD),
+            |c, v| c.failover_threshold = v,
+        )
+    }
+
+    fn show_failover_window(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.policy.lock().config().failover_window_ms)
+    }
+
+    fn store_failover_window(&self, input: &[u8]) -> Result {
+        self.store_policy(input, "failover_window_ms", (1, 3_600_000), |c, v| {
+            c.failover_window_ms = v.into()
+        })
+    }
+
+    fn show_failback_probes(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.policy.lock().config().failback_probes)
+    }
+
+    fn store_failback_probes(&self, input: &[u8]) -> Result {
+        self.store_policy(input, "failback_probes", (1, 1_000), |c, v| {
+            c.failback_probes = v
+        })
+    }
+
+    fn show_probe_interval(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.policy.lock().config().probe_interval_ms)
+    }
+
+    fn store_probe_interval(&self, input: &[u8]) -> Result {
+        self.store_policy(input, "probe_interval_ms", (100, 600_000), |c, v| {
+            c.probe_interval_ms = v.into()
+        })
+    }
+}
+
+static NAME: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("name"), DiskDev::show_name);
+static EXPORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("export"), DiskDev::show_export);
+static ADDRESS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("address"), DiskDev::show_address);
+static STATE: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("state"), DiskDev::show_state);
+static STATS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("stats"), DiskDev::show_stats);
+static UNMAP: DiskAttr<DiskDev> = DiskAttr::wo_self_remove(c_str!("unmap"), DiskDev::store_unmap);
+static IO_TIMEOUT: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("io_timeout_ms"),
+    DiskDev::show_io_timeout,
+    DiskDev::store_io_timeout,
+);
+static LOSS_TIMEOUT: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("loss_timeout_s"),
+    DiskDev::show_loss_timeout,
+    DiskDev::store_loss_timeout,
+);
+static MAX_CREDITS: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("max_credits"),
+    DiskDev::show_max_credits,
+    DiskDev::store_max_credits,
+);
+static TRANSPORT: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("transport"),
+    DiskDev::show_transport,
+    DiskDev::store_transport,
+);
+static ACTIVE_TRANSPORT: DiskAttr<DiskDev> =
+    DiskAttr::ro(c_str!("active_transport"), DiskDev::show_active_transport);
+static SESSION: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("session"), DiskDev::show_session);
+static FAILOVER_THRESHOLD: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("failover_threshold"),
+    DiskDev::show_failover_threshold,
+    DiskDev::store_failover_threshold,
+);
+static FAILOVER_WINDOW: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("failover_window_ms"),
+    DiskDev::show_failover_window,
+    DiskDev::store_failover_window,
+);
+static FAILBACK_PROBES: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("failback_probes"),
+    DiskDev::show_failback_probes,
+    DiskDev::store_failback_probes,
+);
+static PROBE_INTERVAL: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("probe_interval_ms"),
+    DiskDev::show_probe_interval,
+    DiskDev::store_probe_interval,
+);
+
+/// `/sys/block/rdmadiskN/rdmadisk/`.
+pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
+    &NAME,
+    &EXPORT,
+    &ADDRESS,
+    &STATE,
+    &STATS,
+    &UNMAP,
+    &IO_TIMEOUT,
+    &LOSS_TIMEOUT,
+    &MAX_CREDITS,
+    &TRANSPORT,
+    &ACTIVE_TRANSPORT,
+    &SESSION,
+    &FAILOVER_THRESHOLD,
+    &FAILOVER_WINDOW,
+    &FAILBACK_PROBES,
+    &PROBE_INTERVAL,
+];
