@@ -1,0 +1,159 @@
+# shellcheck shell=bash disable=SC2034 # TR_* are for the tests that source this
+# Helpers for the transport tests (70-74) and bench/tcp-vs-rdma.sh: the RDMA <-> TCP switch
+# knobs, waits on the disk's transport with a bounded deadline, fio in verified rounds that
+# run until told to stop, the compute VM's rxe device, and kernel splats since a mark.
+# Sourced after lib/disk.sh:  source "$TB_REPO/selftests/tests/lib/transport.sh"
+#
+# The per-disk files (/sys/block/rdmadiskN/rdmadisk/): transport (rw: auto|rdma|tcp),
+# active_transport (ro: rdma|tcp|none), session (ro: rdma|draining-to-tcp|tcp|probing|
+# draining-to-rdma), the policy knobs, and stats with failovers failbacks rdma_ios rdma_bytes
+# tcp_ios tcp_bytes switch_requeued probes probe_failures tcp_connects.
+
+TR_RXE=rxe0     # the compute VM's soft-RoCE device, as vm/agent.sh creates it
+TR_STATS_NEW="failovers failbacks rdma_ios rdma_bytes tcp_ios tcp_bytes switch_requeued probes probe_failures tcp_connects"
+
+tr_nic() { cat "$TB_DIR/compute.nic"; }
+
+# tr_get DEV FILE: one per-disk file's contents (empty if it cannot be read)
+tr_get() { on compute "cat /sys/block/$1/rdmadisk/$2" 2>/dev/null; }
+
+# tr_set DEV FILE=VALUE...: writes each value; status 0 if every write succeeded and reads back
+tr_set() {
+  local dev=$1 kv s=
+  shift
+  for kv; do s+="echo '${kv#*=}' >${kv%%=*} && [ \"\$(cat ${kv%%=*})\" = '${kv#*=}' ] || { echo \"${kv%%=*}: wrote '${kv#*=}', reads \$(cat ${kv%%=*})\"; exit 1; }
+"; done
+  on compute "cd /sys/block/$dev/rdmadisk && $s"
+}
+
+# tr_stat DEV KEY...: the values of stats keys, space separated (from one read)
+tr_stat() {
+  local dev=$1 s k out=
+  shift
+  s=$(on compute "cat /sys/block/$dev/rdmadisk/stats" 2>/dev/null)
+  for k; do out+="$(kv "$k" "$s") "; done
+  echo "${out% }"
+}
+
+# tr_wait_cmd DEV SECONDS WANT [KEY BASE]: a compute-side snippet that polls every 0.2 s until
+# active_transport reads WANT (any: rdma or tcp) and, with KEY, stats KEY > BASE (KEY ios:
+# rdma_ios + tcp_ios), for at most SECONDS. It prints
+# a progress line every 5 s, then "WAIT ok|timeout ms=N active=A session=S KEY=V" where ms is
+# the time from the snippet's start, or from \$T0 (date +%s%N) if an earlier snippet set it.
+tr_wait_cmd() {
+  local a=/sys/block/$1/rdmadisk
+  printf '%s' "
+t0=\${T0:-\$(date +%s%N)}; last=0; r=timeout
+while :; do
+  act=\$(cat $a/active_transport 2>/dev/null); ses=\$(cat $a/session 2>/dev/null)
+  v=; [ -n '${4:-}' ] && v=\$(awk -F= -v k='${4:-none}' '\$1 == k || (k == \"ios\" && (\$1 == \"rdma_ios\" || \$1 == \"tcp_ios\")) { s += \$2; n++ } END { if (n) print s }' $a/stats)
+  ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))
+  if { [ \"\$act\" = '$3' ] || { [ '$3' = any ] && [ \"\$act\" != none ] && [ -n \"\$act\" ]; }; } && { [ -z '${4:-}' ] || [ \"\${v:-0}\" -gt '${5:-0}' ]; }; then r=ok; break; fi
+  [ \$ms -ge $(($2 * 1000)) ] && break
+  if [ \$((ms / 5000)) -gt \$last ]; then last=\$((ms / 5000)); echo \"  ... \${ms} ms: active_transport=\$act session=\$ses${4:+ $4=\$v}\"; fi
+  sleep 0.2
+done
+echo \"WAIT \$r ms=\$ms active=\$act session=\$ses${4:+ $4=\$v}\""
+}
+
+# tr_wait TAG DEV SECONDS WANT [KEY BASE]: runs tr_wait_cmd in the compute VM's background
+# (dk_timed, so a read that blocks in the kernel cannot wedge the VM) and prints its progress.
+# TR_PRE, if set, is a snippet run first (it may set T0, print lines, or exit non-zero).
+# Sets TR_MS (ms waited), TR_WAIT (the WAIT line) and TR_OUT (all output). Status 0 if the
+# condition was met.
+tr_wait() {
+  local out
+  out=$(dk_timed "$1" $(($3 + 120)) "${TR_PRE:-}
+$(tr_wait_cmd "$2" "$3" "$4" "${5:-}" "${6:-}")")
+  TR_OUT=$out
+  grep '^  \.\.\. ' <<<"$out"
+  TR_WAIT=$(grep '^WAIT ' <<<"$out" | tail -n1)
+  TR_MS=$(word ms "$TR_WAIT")
+  [ "$(cut -d' ' -f2 <<<"$TR_WAIT")" = ok ]
+}
+
+# ---------------------------------------------------------------- fio in verified rounds
+# A round is one fio run (its write phase, then its verify phase: every block written in the
+# round is read back and checked); rounds follow each other until $b.stop exists, so the I/O
+# spans a drill of unknown length and ends cleanly (a signal would fail fio). Each round's
+# output is $TB_DIR/<test>.fio-TAG.rN.{out,log,rc}; the round number seeds fio.
+
+tr_rounds_start() { # tr_rounds_start TAG FIO-ARGS: starts the rounds in the compute VM's background
+  local tag=$1 b=$TB_DIR/$DK_ID.fio-$1; shift
+  rm -f "$b".r*.out "$b".r*.log "$b".r*.rc "$b.stop" "$b.done" "$b.pid"
+  printf '%s\n' "n=0
+while [ ! -e $b.stop ] && [ \$n -lt ${TR_MAX_ROUNDS:-500} ]; do
+  n=\$((n + 1))
+  timeout ${DK_FIO_TIMEOUT:-600} fio $DK_FIO_BASE --output=$b.r\$n.out --randseed=\$n $* >$b.r\$n.log 2>&1
+  echo \$? >$b.r\$n.rc
+done
+echo \$n >$b.done" >"$b.sh"
+  on compute "setsid bash $b.sh </dev/null >/dev/null 2>&1 & echo \$! >$b.pid"
+}
+
+tr_rounds_count() { # tr_rounds_count TAG: rounds finished so far
+  local n=0 f
+  for f in "$TB_DIR/$DK_ID.fio-$1".r*.rc; do [ -e "$f" ] && n=$((n + 1)); done
+  echo $n
+}
+
+tr_rounds_running() { [ ! -e "$TB_DIR/$DK_ID.fio-$1.done" ]; }
+
+# tr_rounds_stop TAG SECONDS: lets the current round finish (killing the rounds after
+# SECONDS), then checks every round: sets FIO_SUM, TR_ROUNDS, TR_BAD (rounds with an error)
+# and prints the failed rounds' summaries. Status 0 if there was at least one round and every
+# round exited 0 with no job error.
+tr_rounds_stop() {
+  local tag=$1 b=$TB_DIR/$DK_ID.fio-$1 t0=$SECONDS i rc p line wk=0 rk=0
+  touch "$b.stop"
+  while [ ! -e "$b.done" ] && (( SECONDS - t0 < $2 )); do sleep 1; done
+  if [ ! -e "$b.done" ]; then
+    echo "  fio rounds $tag still running $2 s after the stop: killing them"
+    on compute "p=\$(cat $b.pid); kill -KILL -- -\$p 2>/dev/null; true" >/dev/null
+    echo killed >"$b.done"
+  fi
+  TR_ROUNDS=0 TR_BAD=
+  for ((i = 1; ; i++)); do
+    [ -e "$b.r$i.rc" ] || [ -e "$b.r$i.out" ] || break
+    TR_ROUNDS=$i
+    rc=$(cat "$b.r$i.rc" 2>/dev/null); rc=${rc:-killed}
+    p=$(dk_fio_parse "$b.r$i.out")
+    line=$(grep '^FIO ' <<<"$p" | tail -n1)
+    wk=$((wk + $(word write_kib "$line"))) rk=$((rk + $(word read_kib "$line")))
+    if [ "$rc" != 0 ] || [ "$(word errors "$line")" != 0 ]; then
+      TR_BAD+=" r$i"
+      echo "  round $i: fio exit $rc, $line"
+      grep -v '^FIO ' <<<"$p" | head -n 12
+      [ -s "$b.r$i.log" ] && grep -v '^$' "$b.r$i.log" | head -n 10 | indent "stderr: "
+    fi
+  done
+  FIO_SUM="$TR_ROUNDS fio rounds, failed:${TR_BAD:- none}; wrote $((wk / 1024)) MiB, read $((rk / 1024)) MiB"
+  [ "$TR_ROUNDS" -gt 0 ] && [ -z "$TR_BAD" ]
+}
+
+# tr_fio_args NAME: 2 jobs on disjoint 4 MiB halves, random 50/50 reads and writes of
+# 4-64 KiB at queue depth 16, crc32c verify headers; TR_SIZE overrides the size per job.
+tr_fio_args() {
+  echo "--name=$1 --filename=/dev/$DK_DEV --rw=randrw --rwmixread=50 --bsrange=4k-64k --iodepth=16" \
+    "--numjobs=2 --size=${TR_SIZE:-2M} --offset_increment=4M --verify=crc32c --do_verify=1"
+}
+
+# ---------------------------------------------------------------- the compute VM's rxe
+
+# tr_rxe_restore: re-adds the compute VM's rxe device if a test left it deleted
+tr_rxe_restore() {
+  on compute "rdma link show $TR_RXE/1 >/dev/null 2>&1 || rdma link add $TR_RXE type rxe netdev $(tr_nic)" >/dev/null 2>&1
+}
+
+# ---------------------------------------------------------------- kernel splats
+
+tr_dmesg_mark() { TR_MARK=$(on compute "dmesg | wc -l"); }
+
+# tr_splat_check: a TAP line: no kernel splat in the compute VM's dmesg since tr_dmesg_mark
+# (the runner checks the whole log at the end too; this names the test that caused it)
+tr_splat_check() {
+  local new
+  new=$(on compute "dmesg | tail -n +$((${TR_MARK:-0} + 1))" | grep -E "$TB_SPLAT_RE")
+  [ -z "$new" ]
+  res $? "no kernel splat in the compute VM's dmesg during the test" || printf '%s\n' "$new" | head -n 20 | indent
+}
