@@ -3,6 +3,7 @@
 #   make            build rdmadisk.ko (and, once, the cached test kernel it builds against)
 #   make check      every test: host unit tests, fuzz replay, and the two-VM test bed
 #   make demo       boot the test bed, load the module, show both RDMA links
+#   make bench-transport  TCP against RDMA figures, and the I/O gap of a NIC servicing cycle
 #   make kernel     only the cached test kernel
 #   make userspace  the userspace tools (target, test client)
 #
@@ -14,7 +15,7 @@ export RDMADISK_CACHE := $(CACHE)
 KMAKEFLAGS := RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc BINDGEN=$(CACHE)/bin/bindgen
 CARGO_DIR := userspace-tools
 
-.PHONY: all module kernel deps userspace check check-host check-vm demo bench clean
+.PHONY: all module kernel deps userspace check check-host check-vm demo bench bench-transport clean
 
 all: module
 
@@ -51,6 +52,11 @@ demo: module userspace
 # Benchmarks: figures and same-run ratios, not pass/fail.
 bench: module userspace
 	@selftests/bench/rdma-qd.sh
+
+# TCP against RDMA (4k randread qd 1/16, same-run ratios) and the longest I/O gap in one NIC
+# servicing cycle.
+bench-transport: module userspace
+	@selftests/bench/tcp-vs-rdma.sh
 
 clean:
 	@kdir="$(KDIR)"; [ -n "$$kdir" ] || kdir=$$(ls -d $(CACHE)/linux-* 2>/dev/null | head -1); \
