@@ -117,6 +117,21 @@ impl<T: SockEvents> TcpSocket<T> {
         unsafe { (*self.sock.as_ptr()).sk }
     }
 
+    /// Turns on TCP keepalive: after `secs` without traffic, a probe every `secs`; the
+    /// connection fails after three unanswered ones.
+    pub(crate) fn set_keepalive(&self, secs: u32) {
+        let secs = secs.clamp(1, 32_767) as ffi::c_int;
+        let sk = self.sk();
+        // SAFETY: `sk` is live; these take the socket lock themselves. They only fail for
+        // out-of-range values, which the clamp excludes.
+        unsafe {
+            b::sock_set_keepalive(sk);
+            b::tcp_sock_set_keepidle(sk, secs);
+            b::tcp_sock_set_keepintvl(sk, secs);
+            b::tcp_sock_set_keepcnt(sk, 3);
+        }
+    }
+
     /// Sets how long a blocking send or receive may wait.
     pub(crate) fn set_timeout_ms(&self, ms: u32) {
         let j = msecs_to_jiffies(ms) as ffi::c_long;

@@ -43,6 +43,8 @@ pub(crate) type DiskRq = Rq<DiskDev>;
 pub(crate) const DEFAULT_IO_TIMEOUT_MS: u32 = 30_000;
 /// Default time requests wait for a lost connection to come back before failing.
 pub(crate) const DEFAULT_LOSS_TIMEOUT_S: u32 = 60;
+/// Default quiet time after which a connection is checked with a keepalive.
+pub(crate) const DEFAULT_KEEPALIVE_MS: u32 = 10_000;
 const BACKOFF_FIRST_MS: u32 = 100;
 const BACKOFF_MAX_MS: u32 = 5_000;
 
@@ -105,6 +107,7 @@ pub(crate) struct DiskDev {
     io_timeout_ms: AtomicU32,
     loss_timeout_s: AtomicU32,
     max_credits: AtomicU32,
+    keepalive_ms: AtomicU32,
     table: Arc<DiskTable>,
     #[pin]
     state: SpinLock<State>,
@@ -161,6 +164,7 @@ impl DiskDev {
                 io_timeout_ms: AtomicU32::new(DEFAULT_IO_TIMEOUT_MS),
                 loss_timeout_s: AtomicU32::new(DEFAULT_LOSS_TIMEOUT_S),
                 max_credits: AtomicU32::new(u32::from(QUEUE_DEPTH)),
+                keepalive_ms: AtomicU32::new(DEFAULT_KEEPALIVE_MS),
                 table,
                 state <- new_spinlock!(State::Connecting, "rdmadisk::disk::state"),
                 policy <- new_spinlock!(policy, "rdmadisk::disk::policy"),
@@ -197,6 +201,11 @@ impl DiskDev {
         if !matches!(*st, State::Deleting { .. }) {
             *st = s;
         }
+    }
+
+    /// 0: off.
+    pub(crate) fn keepalive_ms(&self) -> u32 {
+        self.keepalive_ms.load(Ordering::Relaxed)
     }
 
     pub(crate) fn io_timeout_ms(&self) -> u32 {

@@ -56,6 +56,13 @@ impl Queue {
         }
     }
 
+    /// Checks a quiet RDMA connection with a NOP (TCP has the kernel's own keepalive).
+    pub(crate) fn keepalive(&self, interval_ms: u32) {
+        if let Queue::Rdma(q) = self {
+            q.keepalive(interval_ms);
+        }
+    }
+
     pub(crate) fn is_failed(&self) -> bool {
         match self {
             Queue::Rdma(q) => q.is_failed(),

@@ -16,7 +16,7 @@
 use core::{mem, sync::atomic::Ordering};
 use kernel::{new_spinlock, prelude::*, str::CStr, sync::Arc, sync::SpinLock};
 
-use crate::disk::{DiskDev, DiskRq};
+use crate::disk::{now_ms, DiskDev, DiskRq};
 use crate::io::{self, Via};
 use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::frwr::DmaRq;
@@ -24,7 +24,9 @@ use crate::kapi::rdma_cm::{CmEvent, QpCaps};
 use crate::kapi::verbs::{DeviceRef, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
 use crate::proto::credits::{CreditReceiver, CreditSender};
 use crate::proto::policy::Transport;
-use crate::proto::wire::{HelloReply, Opcode, RemoteBuf, Response, REQUEST_LEN, RESPONSE_LEN};
+use crate::proto::wire::{
+    HelloReply, Opcode, RemoteBuf, Request, Response, REQUEST_LEN, RESPONSE_LEN,
+};
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
 
@@ -36,6 +38,8 @@ pub(crate) const MR_PAGES: u32 = 257;
 pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * 4096;
 /// Set-up budget of one connection.
 const CONNECT_BUDGET_MS: u32 = 10_000;
+/// The tag of keepalive NOPs, after blk-mq's tags.
+const KEEPALIVE_TAG: u32 = QUEUE_DEPTH as u32;
 
 /// A request's data, mapped when it has any.
 enum Data {
@@ -83,6 +87,9 @@ struct Inner {
     slots: KVec<Slot>,
     /// Set on the first error: no new requests; the disk is resetting the connection.
     failed: bool,
+    /// When the last response arrived (ms, ktime), and when an unanswered keepalive was sent.
+    last_rx_ms: i64,
+    keepalive_sent_ms: Option<i64>,
 }
 
 /// One hardware queue's connection.
@@ -150,6 +157,8 @@ impl RdmaQueue {
                     recv_credits: CreditReceiver::new(),
                     slots: KVec::new(),
                     failed: false,
+                    last_rx_ms: now_ms(),
+                    keepalive_sent_ms: None,
                 }, "rdmadisk::queue"),
             }),
             GFP_KERNEL,
@@ -178,7 +187,8 @@ impl RdmaQueue {
         };
         let res = rdma_conn::connect(&spec, ConnEvents::new(watch)?, |cm, pd| {
             let mut slots = KVec::with_capacity(QUEUE_DEPTH.into(), GFP_KERNEL)?;
-            for tag in 0..depth {
+            // One more Send buffer than tags, for keepalives.
+            for tag in 0..=KEEPALIVE_TAG {
                 let ctx = SendCtx {
                     queue: q.clone(),
                     tag,
@@ -435,7 +445,15 @@ impl RdmaQueue {
             return self.fail_locked(g, "re-posting a receive failed");
         }
         g.recv_credits.on_recv_posted();
+        g.last_rx_ms = now_ms();
         let tag = resp.tag;
+        if tag == KEEPALIVE_TAG {
+            if g.keepalive_sent_ms.take().is_none() || wc.invalidated_rkey.is_some() {
+                return self.fail_locked(g, "unexpected keepalive response");
+            }
+            g.send_credits.complete();
+            return;
+        }
         let Some(io) = g.slots.get_mut(tag as usize).and_then(|s| s.io.as_mut()) else {
             return self.fail_locked(g, "response for a tag not in flight");
         };
@@ -516,6 +534,65 @@ impl RdmaQueue {
         // The Send buffers refer back to the queue.
         let slots = mem::take(&mut self.inner.lock().slots);
         drop(slots);
+    }
+
+    /// Sends a NOP if nothing arrived for `interval_ms`; fails the connection if the last one
+    /// got no answer, and nothing else arrived, for `interval_ms`. A dead path is then found
+    /// while the disk is idle, not only when I/O times out.
+    pub(crate) fn keepalive(&self, interval_ms: u32) {
+        let now = now_ms();
+        let interval = i64::from(interval_ms);
+        let mut guard = self.inner.lock();
+        let g = &mut *guard;
+        if g.failed {
+            return;
+        }
+        if let Some(sent) = g.keepalive_sent_ms {
+            if now - sent.max(g.last_rx_ms) > interval {
+                self.fail_locked(g, "keepalive unanswered");
+            }
+            return;
+        }
+        if now - g.last_rx_ms < interval || g.send_credits.available() == 0 {
+            return;
+        }
+        let Some(conn) = g.conn.as_ref() else {
+            return;
+        };
+        let Some(mut msg) = g
+            .slots
+            .get_mut(KEEPALIVE_TAG as usize)
+            .and_then(|s| s.send.take())
+        else {
+            return;
+        };
+        let req = Request {
+            opcode: Opcode::Nop,
+            flags: 0,
+            credits: g.recv_credits.take_grant(),
+            tag: KEEPALIVE_TAG,
+            sector: 0,
+            length: 0,
+            data_crc: 0,
+            buf: RemoteBuf::default(),
+        };
+        if let Some(out) = msg.data_mut().first_chunk_mut() {
+            req.encode(out);
+        }
+        match conn.cm.post_send(msg) {
+            Ok(()) => {
+                g.send_credits.try_consume();
+                g.keepalive_sent_ms = Some(now);
+                Stats::inc(&self.stats().keepalives);
+            }
+            Err((_, msg)) => {
+                g.recv_credits.return_grant(req.credits);
+                if let Some(slot) = g.slots.get_mut(KEEPALIVE_TAG as usize) {
+                    slot.send = Some(msg);
+                }
+                self.fail_locked(g, "posting a keepalive failed");
+            }
+        }
     }
 
     /// Whether the connection is on the RDMA device named `dev`.

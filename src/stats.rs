@@ -81,6 +81,8 @@ counters! {
     probe_failures,
     /// TCP connections set up.
     tcp_connects,
+    /// Keepalive NOPs sent on a quiet RDMA connection.
+    keepalives,
 }
 
 impl Stats {

@@ -219,6 +219,10 @@ impl TcpQueue {
             })?;
         let reply = q.hello(&sock)?;
         sock.set_timeout_ms(disk.io_timeout_ms());
+        let ka = disk.keepalive_ms();
+        if ka > 0 {
+            sock.set_keepalive(ka.div_ceil(1000));
+        }
         sock.hook(q.clone())?;
         let sock = Arc::new(sock, GFP_KERNEL)?;
         {

@@ -104,6 +104,29 @@ impl DiskDev {
         Ok(())
     }
 
+    fn show_keepalive(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.keepalive_ms())
+    }
+
+    fn store_keepalive(&self, input: &[u8]) -> Result {
+        let ms = match parse_knob(self.name(), "keepalive_ms", input, 0, 600_000)? {
+            ms @ (0 | 100..) => ms,
+            _ => {
+                pr_err!(
+                    "{}: keepalive_ms: expected 0 (off) or 100 to 600000\n",
+                    self.name()
+                );
+                return Err(EINVAL);
+            }
+        };
+        self.keepalive_ms.store(ms, Ordering::Relaxed);
+        // The session work starts or stops its keepalive rounds.
+        if let Some(me) = self.table.get(self.index) {
+            me.kick();
+        }
+        Ok(())
+    }
+
     fn show_transport(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(
             out,
@@ -247,6 +270,11 @@ static MAX_CREDITS: DiskAttr<DiskDev> = DiskAttr::rw(
     DiskDev::show_max_credits,
     DiskDev::store_max_credits,
 );
+static KEEPALIVE: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("keepalive_ms"),
+    DiskDev::show_keepalive,
+    DiskDev::store_keepalive,
+);
 static TRANSPORT: DiskAttr<DiskDev> = DiskAttr::rw(
     c_str!("transport"),
     DiskDev::show_transport,
@@ -287,6 +315,7 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &IO_TIMEOUT,
     &LOSS_TIMEOUT,
     &MAX_CREDITS,
+    &KEEPALIVE,
     &TRANSPORT,
     &ACTIVE_TRANSPORT,
     &SESSION,

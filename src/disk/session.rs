@@ -54,6 +54,7 @@ impl DiskDev {
                     self.drained();
                 }
                 PState::Probing => self.probe_tick(),
+                PState::Rdma if self.keepalive_ms() > 0 => self.keepalive_tick(),
                 PState::Rdma | PState::Tcp => break,
             }
         }
@@ -98,6 +99,16 @@ impl DiskDev {
                 Err(e)
             }
         }
+    }
+
+    /// On RDMA with keepalives on: checks every queue, twice per interval.
+    fn keepalive_tick(&self) {
+        let ms = self.keepalive_ms();
+        // Nothing here sleeps: a keepalive only posts a Send.
+        for q in self.queues.lock().iter().flatten() {
+            q.keepalive(ms);
+        }
+        self.nap(ms / 2);
     }
 
     /// Tells the policy a drain is over; true if one was (a failover or failback done).
