@@ -17,7 +17,7 @@ pub(crate) use knobs::ATTRS;
 
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use kernel::{
-    new_condvar, new_mutex, new_spinlock, new_work,
+    bindings as kb, new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
     sync::{Arc, CondVar, Mutex, SpinLock},
     time::{msecs_to_jiffies, Ktime},
@@ -32,7 +32,7 @@ use crate::proto::options::DeviceName;
 use crate::proto::policy::{Policy, PolicyConfig, Transport};
 use crate::proto::wire::{ExportName, HelloReply};
 use crate::queue::Queue;
-use crate::rdma_conn::Peer;
+use crate::rdma_conn::{errno, Peer};
 use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
 
@@ -241,9 +241,22 @@ impl DiskDev {
         Ok((qs, first.ok_or(EINVAL)?))
     }
 
-    /// Connects every queue on RDMA for a new mapping; returns the first queue's Hello reply.
+    /// Connects every queue of a new mapping: on RDMA, or on TCP when RDMA cannot be had
+    /// (no device, no path) and the target is there. Returns the first queue's Hello reply.
     pub(crate) fn connect_queues(self: &Arc<Self>) -> Result<HelloReply> {
-        let (qs, reply) = self.connect_all(Transport::Rdma)?;
+        let (qs, reply) = match self.connect_all(Transport::Rdma) {
+            Ok(r) => r,
+            // The target answered and said no; it would over TCP too.
+            Err(e) if e == errno(kb::ECONNREFUSED) => return Err(e),
+            Err(e) => {
+                pr_warn!("{}: no RDMA connection ({e:?}); trying TCP\n", self.name());
+                let r = self.connect_all(Transport::Tcp).map_err(|_| e)?;
+                // Probing from the start: RDMA may come (back) any time.
+                let cfg = self.policy.lock().config();
+                *self.policy.lock() = Policy::new_on_tcp(cfg, true, now_ms() as u64);
+                r
+            }
+        };
         *self.queues.lock() = qs;
         Ok(reply)
     }
