@@ -25,13 +25,12 @@
 // The driver uses most of this module; what it does not use yet (quiescing, rerunning and
 // kicking queues, copying into a request's segments, some statuses and accessors) is for the
 // TCP path and the transport switch, which reuse the same disk.
-#![allow(dead_code, reason = "parts serve the TCP path and transport switching")]
 
 use core::{
     marker::PhantomData,
     mem::{self, MaybeUninit},
     ptr::{self, NonNull},
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering},
 };
 use kernel::{
     ffi,
@@ -46,9 +45,6 @@ use kernel::{
 use super::bindings as b;
 use super::sysfs::ShowBuf;
 
-/// "No NUMA node preference", for [`DiskConfig::numa_node`].
-pub(crate) const NUMA_NO_NODE: i32 = -1;
-
 /// The `blk_status_t` values the driver uses.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum BlkStatus {
@@ -59,17 +55,10 @@ pub(crate) enum BlkStatus {
     /// Out of a resource shared by the queue (credits, tags): blk-mq retries the request when
     /// the queue is rerun, or after a short delay if no request is in flight.
     Resource,
-    /// Out of a resource of this device only: blk-mq retries when a request of this queue
-    /// completes or the queue is rerun.
-    DevResource,
-    /// The request timed out (`BLK_STS_TIMEOUT`).
-    Timeout,
     /// The operation is not supported (`BLK_STS_NOTSUPP`).
     NotSupp,
     /// Data integrity failure (`BLK_STS_PROTECTION`), e.g. a CRC mismatch that persists.
     Protection,
-    /// The target is offline (`BLK_STS_OFFLINE`).
-    Offline,
 }
 
 impl BlkStatus {
@@ -78,11 +67,8 @@ impl BlkStatus {
             BlkStatus::Ok => b::RDMADISK_BLK_STS_OK,
             BlkStatus::IoErr => b::RDMADISK_BLK_STS_IOERR,
             BlkStatus::Resource => b::RDMADISK_BLK_STS_RESOURCE,
-            BlkStatus::DevResource => b::RDMADISK_BLK_STS_DEV_RESOURCE,
-            BlkStatus::Timeout => b::RDMADISK_BLK_STS_TIMEOUT,
             BlkStatus::NotSupp => b::RDMADISK_BLK_STS_NOTSUPP,
             BlkStatus::Protection => b::RDMADISK_BLK_STS_PROTECTION,
-            BlkStatus::Offline => b::RDMADISK_BLK_STS_OFFLINE,
         }
     }
 }
@@ -122,9 +108,6 @@ impl ReqOp {
 pub(crate) enum TimeoutAction {
     /// Re-arm the request's timer (`BLK_EH_RESET_TIMER`): the driver still expects it to finish.
     ResetTimer,
-    /// The driver takes care of it (`BLK_EH_DONE`): whoever holds its [`Rq`] ends or requeues
-    /// it (for example after aborting the transport's outstanding I/O).
-    Done,
 }
 
 /// The driver's hooks. One `Arc<Self>` is the tag set's driver data and the queue's queuedata.
@@ -142,7 +125,7 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     ///
     /// `Ok(())`: the driver now owns `rq` and keeps the token until it ends or requeues it.
     /// `Err((rq, st))`: the driver gives it back and blk-mq gets `st`: with
-    /// [`BlkStatus::Resource`] or [`BlkStatus::DevResource`] blk-mq retries it later (rerun the
+    /// [`BlkStatus::Resource`] blk-mq retries it later (rerun the
     /// queue with [`Disk::run_queues`] once the resource is back); with any other status blk-mq
     /// fails it with that status. `Err` with [`BlkStatus::Ok`] is a bug and fails it with
     /// `BLK_STS_IOERR`.
@@ -360,12 +343,6 @@ impl<D: Driver> Rq<D> {
         unsafe { raw::tag(self.ptr.as_ptr()) }
     }
 
-    /// The hardware queue it was queued on (`rq->mq_hctx->queue_num`).
-    pub(crate) fn hw_queue(&self) -> u32 {
-        // SAFETY: We own the request.
-        unsafe { raw::hw_queue(self.ptr.as_ptr()) }
-    }
-
     /// The operation.
     pub(crate) fn op(&self) -> ReqOp {
         // SAFETY: We own the request.
@@ -390,13 +367,6 @@ impl<D: Driver> Rq<D> {
     pub(crate) fn is_fua(&self) -> bool {
         // SAFETY: We own the request.
         unsafe { raw::is_fua(self.ptr.as_ptr()) }
-    }
-
-    /// Whether the request carries data pages (a read or write with a payload; not a flush,
-    /// discard or write-zeroes).
-    pub(crate) fn has_data(&self) -> bool {
-        // SAFETY: We own the request.
-        unsafe { raw::has_data(self.ptr.as_ptr()) }
     }
 
     /// The driver's per-request data.
@@ -436,7 +406,8 @@ impl<D: Driver> Rq<D> {
     /// Calls `f` with each data segment as a byte slice, in order: the request's bio vectors
     /// (`rq_for_each_segment`), each page mapped with `kmap_local` and a segment that spans
     /// pages split per page. Independent of [`Rq::map_sg`] (it does not need or touch the
-    /// scatterlist). Nothing for a request without data. Any context; `f` should not sleep.
+    /// scatterlist). Nothing for a request without data. Any context; `f` may sleep where the
+    /// caller may (a `kmap_local` mapping survives a context switch), e.g. in a socket call.
     ///
     /// For a write: the data to send (stable while the request is in flight, see [`Limits`]).
     /// For a read: only once the data is in place, never while a device may still be writing
@@ -519,34 +490,10 @@ impl<D: Driver> RqRef<'_, D> {
         unsafe { raw::tag(self.ptr.as_ptr()) }
     }
 
-    /// See [`Rq::hw_queue`].
+    /// The hardware queue it was queued on (`rq->mq_hctx->queue_num`).
     pub(crate) fn hw_queue(&self) -> u32 {
         // SAFETY: blk-mq pins the request for the duration of the borrow.
         unsafe { raw::hw_queue(self.ptr.as_ptr()) }
-    }
-
-    /// See [`Rq::op`].
-    pub(crate) fn op(&self) -> ReqOp {
-        // SAFETY: blk-mq pins the request for the duration of the borrow.
-        unsafe { raw::op(self.ptr.as_ptr()) }
-    }
-
-    /// See [`Rq::sector`].
-    pub(crate) fn sector(&self) -> u64 {
-        // SAFETY: blk-mq pins the request for the duration of the borrow.
-        unsafe { raw::sector(self.ptr.as_ptr()) }
-    }
-
-    /// See [`Rq::bytes`] (0 if its owner has just ended it).
-    pub(crate) fn bytes(&self) -> u32 {
-        // SAFETY: blk-mq pins the request for the duration of the borrow.
-        unsafe { raw::bytes(self.ptr.as_ptr()) }
-    }
-
-    /// See [`Rq::pdu`].
-    pub(crate) fn pdu(&self) -> &D::Pdu {
-        // SAFETY: blk-mq pins the request for the duration of the borrow.
-        unsafe { raw::pdu::<D>(self.ptr.as_ptr()) }
     }
 }
 
@@ -654,7 +601,6 @@ impl<D: Driver> Ops<D> {
         };
         match driver.timeout(&r) {
             TimeoutAction::ResetTimer => b::blk_eh_timer_return_BLK_EH_RESET_TIMER,
-            TimeoutAction::Done => b::blk_eh_timer_return_BLK_EH_DONE,
         }
     }
 
@@ -802,7 +748,7 @@ pub(crate) struct DiskConfig {
     pub(crate) read_only: bool,
     /// Queue limits.
     pub(crate) limits: Limits,
-    /// NUMA node for the tag set's memory, or [`NUMA_NO_NODE`].
+    /// NUMA node for the tag set's memory, or `NUMA_NO_NODE`.
     pub(crate) numa_node: i32,
 }
 
@@ -912,8 +858,8 @@ impl Drop for GenDisk {
 ///
 /// # Teardown
 ///
-/// Dropping it (process context; it sleeps) removes the sysfs directory, undoes any
-/// outstanding [`Disk::quiesce`], then `del_gendisk`: the disk is marked dead (new I/O fails
+/// Dropping it (process context; it sleeps) removes the sysfs directory, then `del_gendisk`:
+/// the disk is marked dead (new I/O fails
 /// with an error at submission), dirty data is written back unless [`Disk::mark_dead`] came
 /// first, and it **waits until every request has ended**. Only then are the gendisk, the queue
 /// and the tag set freed, and the driver's references released.
@@ -921,7 +867,7 @@ impl Drop for GenDisk {
 /// So the driver must end (or fail) every request it owns, before or concurrently with the
 /// drop, from another context: requests it holds tokens for, and also requests it requeues
 /// (blk-mq dispatches them to [`Driver::queue_rq`] again while the drop waits, and they must
-/// then be ended, e.g. with [`BlkStatus::Offline`] or [`BlkStatus::IoErr`], not requeued again).
+/// then be ended, e.g. with [`BlkStatus::IoErr`], not requeued again).
 /// A driver that keeps a token, or keeps requeueing, hangs the drop; it never frees a request
 /// under a token. Never drop a `Disk` from `queue_rq`, from a path that ends the disk's
 /// requests (a completion handler of its transport), or from an attribute callback other
@@ -933,9 +879,6 @@ pub(crate) struct Disk<D: Driver> {
     _set: TagSet<D>,
     driver: Arc<D>,
     dir: Option<DiskDir<D>>,
-    index: u32,
-    /// `quiesce` calls not yet undone.
-    quiesced: AtomicU32,
     /// `mark_dead` was called.
     dead: AtomicBool,
 }
@@ -1006,23 +949,11 @@ impl<D: Driver> Disk<D> {
             _set: set,
             driver,
             dir: None,
-            index: cfg.index,
-            quiesced: AtomicU32::new(0),
             dead: AtomicBool::new(false),
         };
         // On failure, dropping `this` deletes the disk again.
         this.dir = Some(DiskDir::new(disk, this.driver.clone(), attrs)?);
         Ok(this)
-    }
-
-    /// The `index` it was created with.
-    pub(crate) fn index(&self) -> u32 {
-        self.index
-    }
-
-    /// The driver state shared with the callbacks.
-    pub(crate) fn driver(&self) -> &Arc<D> {
-        &self.driver
     }
 
     /// Reruns every hardware queue, asynchronously (`blk_mq_run_hw_queues(q, true)`): after
@@ -1037,28 +968,6 @@ impl<D: Driver> Disk<D> {
     pub(crate) fn kick_requeue_list(&self) {
         // SAFETY: The queue lives as long as `self`.
         unsafe { b::blk_mq_kick_requeue_list(self.gd.queue()) };
-    }
-
-    /// Stops dispatching (`blk_mq_quiesce_queue`) and waits until no `queue_rq` runs. Requests
-    /// already owned by the driver are unaffected. Nests: each call needs an
-    /// [`Disk::unquiesce`]. Process context (sleeps).
-    pub(crate) fn quiesce(&self) {
-        // SAFETY: The queue lives as long as `self`.
-        unsafe { b::blk_mq_quiesce_queue(self.gd.queue()) };
-        self.quiesced.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// Undoes one [`Disk::quiesce`] (`blk_mq_unquiesce_queue`), which reruns the queues when
-    /// the last one is undone. Without an outstanding `quiesce` it does nothing.
-    pub(crate) fn unquiesce(&self) {
-        if self
-            .quiesced
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            // SAFETY: The queue lives as long as `self`, and is quiesced by us.
-            unsafe { b::blk_mq_unquiesce_queue(self.gd.queue()) };
-        }
     }
 
     /// Marks the disk dead (`blk_mark_disk_dead`), for a force-unmap or a target that is gone:
@@ -1091,12 +1000,6 @@ impl<D: Driver> Disk<D> {
         // SAFETY: The queue lives as long as `self`; the timeout is a plain store.
         unsafe { b::blk_queue_rq_timeout(self.gd.queue(), u32::try_from(j).unwrap_or(u32::MAX)) };
     }
-
-    /// Changes the capacity and tells userspace (`set_capacity_and_notify`).
-    pub(crate) fn set_capacity(&self, sectors: u64) {
-        // SAFETY: The disk is added and lives as long as `self`; the call locks internally.
-        unsafe { b::set_capacity_and_notify(self.gd.ptr.as_ptr(), sectors) };
-    }
 }
 
 impl<D: Driver> Drop for Disk<D> {
@@ -1105,16 +1008,6 @@ impl<D: Driver> Drop for Disk<D> {
         // away with the disk's device anyway. Waits for running callbacks, except the
         // self-removing one that may be dropping us (see `DiskDir`).
         drop(self.dir.take());
-        // `del_gendisk` writes back dirty data and waits for every request: a quiesced queue
-        // would hang it.
-        while self
-            .quiesced
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            // SAFETY: The queue is live and quiesced by us.
-            unsafe { b::blk_mq_unquiesce_queue(self.gd.queue()) };
-        }
         // The fields now drop in order: `del_gendisk` + `put_disk`, the tag set, the `Arc`.
     }
 }
@@ -1175,15 +1068,10 @@ impl<D: Send + Sync + 'static> DiskAttr<D> {
         Self::new(name, 0o444, Some(show), None, false)
     }
 
-    /// A write-only (0200) attribute. `Err(e)` from `store` fails the write with `e`.
+    /// A read-write (0644) attribute. `Err(e)` from `store` fails the write with `e`.
     ///
     /// `store` must not drop the [`Disk`] this directory belongs to (that waits for the store
     /// to finish: a deadlock); use [`DiskAttr::wo_self_remove`] for that.
-    pub(crate) const fn wo(name: &'static CStr, store: StoreFn<D>) -> Self {
-        Self::new(name, 0o200, None, Some(store), false)
-    }
-
-    /// A read-write (0644) attribute; `store` as for [`DiskAttr::wo`].
     pub(crate) const fn rw(name: &'static CStr, show: ShowFn<D>, store: StoreFn<D>) -> Self {
         Self::new(name, 0o644, Some(show), Some(store), false)
     }
