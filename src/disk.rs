@@ -318,6 +318,25 @@ impl DiskDev {
         self.state().name()
     }
 
+    /// Marks queue `qid`'s connection on `t` failed (`failed`, its flag), once: logs `why`
+    /// and starts the recovery. Any context.
+    pub(crate) fn connection_failed(
+        self: &Arc<Self>,
+        failed: &mut bool,
+        qid: u16,
+        t: Transport,
+        why: &str,
+    ) {
+        if !core::mem::replace(failed, true) {
+            pr_err!(
+                "{}: queue {qid} ({}): {why}; resetting the connection\n",
+                self.name(),
+                session::transport_name(t)
+            );
+            self.queue_failed(t);
+        }
+    }
+
     /// A queue on `t` failed: the disk stops issuing until it is reconnected, and the
     /// session work reconnects, or switches transport if the policy says so. Any context.
     pub(crate) fn queue_failed(self: &Arc<Self>, t: Transport) {

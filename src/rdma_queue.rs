@@ -351,14 +351,8 @@ impl RdmaQueue {
     }
 
     fn fail_locked(&self, g: &mut Inner, why: &str) {
-        if !mem::replace(&mut g.failed, true) {
-            pr_err!(
-                "{}: queue {}: {why}; resetting the connection\n",
-                self.disk.name(),
-                self.qid
-            );
-            self.disk.queue_failed(Transport::Rdma);
-        }
+        self.disk
+            .connection_failed(&mut g.failed, self.qid, Transport::Rdma, why);
     }
 
     fn on_send(&self, msg: KBox<Msg<SendCtx>>, wc: &Wc) {

@@ -510,14 +510,8 @@ impl TcpQueue {
     }
 
     fn fail_locked(&self, g: &mut Inner, why: &str) {
-        if !mem::replace(&mut g.failed, true) {
-            pr_err!(
-                "{}: queue {} (TCP): {why}; resetting the connection\n",
-                self.disk.name(),
-                self.qid
-            );
-            self.disk.queue_failed(Transport::Tcp);
-        }
+        self.disk
+            .connection_failed(&mut g.failed, self.qid, Transport::Tcp, why);
     }
 
     /// True if the connection failed or is gone.
