@@ -76,7 +76,7 @@ counters! {
     failbacks,
     /// Requests handed back to blk-mq by a transport switch (also counted in `requeued`).
     switch_requeued,
-    /// RDMA probes while on TCP, and how many failed.
+    /// RDMA probes done while on TCP, and how many of them failed.
     probes,
     probe_failures,
     /// TCP connections set up.

@@ -150,9 +150,10 @@ impl DiskDev {
             self.nap(interval.min(u64::from(u32::MAX)) as u32);
             return;
         }
-        Stats::inc(&self.stats.probes);
         let budget = interval.clamp(PROBE_BUDGET_MIN_MS, PROBE_BUDGET_MAX_MS) as u32;
         let ok = probe::run(self.name(), self.peer, self.export, budget, false).is_ok();
+        // Counted when done, so that probes - probe_failures is the successes so far.
+        Stats::inc(&self.stats.probes);
         if !ok {
             Stats::inc(&self.stats.probe_failures);
         }
