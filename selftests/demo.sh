@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: boot the test bed, load rdmadisk on the compute host, show both RDMA links; then
-# serve a 64 MiB export from the storage host and run fio on /dev/rdmadisk0 over RDMA.
+# serve a 64 MiB export from the storage host and run fio on /dev/rdmadisk0 over RDMA, through
+# a NIC servicing cycle (the device removed: TCP; added back: RDMA again).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TB_REPO=$(cd "$HERE/.." && pwd)
@@ -40,9 +41,22 @@ demo_fio() { # demo_fio TITLE FIO-ARGS: runs fio on the disk and prints its summ
 }
 demo_fio "4 KiB random reads, queue depth 16, 10 s" randread --rw=randread --bs=4k --iodepth=16 --time_based --runtime=10
 demo_fio "64 KiB sequential writes, queue depth 16, 16 MiB" seqwrite --rw=write --bs=64k --iodepth=16 --size=16M
+A=/sys/block/$DK_DEV/rdmadisk
+wait_transport() { # wait_transport WANT: polls active_transport for up to 60 s, prints the time
+  on compute "t0=\$(date +%s%N); for i in \$(seq 300); do [ \$(cat $A/active_transport) = $1 ] && break; sleep 0.2; done
+    echo \"  active_transport=\$(cat $A/active_transport) session=\$(cat $A/session) after \$(( (\$(date +%s%N) - t0) / 1000000 )) ms\""
+}
+echo "== NIC servicing: 'rdma link delete rxe0' on the compute host; the disk moves to TCP"
+on compute "t0=\$(date +%s%N); rdma link delete rxe0 && echo \"  deleted in \$(( (\$(date +%s%N) - t0) / 1000000 )) ms\""
+wait_transport tcp
+demo_fio "4 KiB random reads over TCP, queue depth 16, 10 s" randread-tcp --rw=randread --bs=4k --iodepth=16 --time_based --runtime=10
+echo "== the device returns: 'rdma link add rxe0'; the disk moves back to RDMA"
+on compute "rdma link add rxe0 type rxe netdev \$(cat $TB_DIR/compute.nic)"
+wait_transport rdma
+demo_fio "4 KiB random reads over RDMA again, queue depth 16, 10 s" randread-back --rw=randread --bs=4k --iodepth=16 --time_based --runtime=10
 echo "== counters"
 dk_csnap "$DK_DEV"
-dk_show client "$(grep -E '^(reads|writes|read_bytes|write_bytes|responses|remote_invalidations|max_outstanding|credit_waits|io_errors)=' <<<"$DK_CS")"
+dk_show client "$(grep -E '^(reads|writes|read_bytes|write_bytes|responses|remote_invalidations|max_outstanding|credit_waits|io_errors|rdma_ios|tcp_ios|failovers|failbacks|switch_requeued)=' <<<"$DK_CS")"
 dk_tsnap
 dk_show "target" "$(grep -E '^(reads|writes|rdma_reads|rdma_writes|send_with_inv|plain_sends|rdma_connections|credit_waits)=' <<<"$DK_TS")"
 echo "== unmap and unload"
