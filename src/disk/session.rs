@@ -72,14 +72,23 @@ impl DiskDev {
         match self.connect_all(want) {
             Ok((fresh, _)) => {
                 let switch = from.is_some_and(|f| f != want);
-                self.replace_queues(fresh, |rq| self.requeue_or_fail(rq, switch));
+                let mut moved = 0u32;
+                self.replace_queues(fresh, |rq| {
+                    moved += 1;
+                    self.requeue_or_fail(rq, switch)
+                });
                 if !self.drained() {
                     Stats::inc(&self.stats.reconnects);
                     pr_info!(
-                        "{}: reconnected to {} over {}\n",
+                        "{}: reconnected to {} over {} ({moved} requests reissued)\n",
                         self.name(),
                         self.peer,
                         transport_name(want)
+                    );
+                } else {
+                    pr_info!(
+                        "{}: {moved} requests in flight on the old connections reissued\n",
+                        self.name()
                     );
                 }
                 self.set_state(State::Live);
