@@ -22,17 +22,8 @@ if ! dk_load || ! dk_map_disk b0 bench0; then dk_cleanup; exit 1; fi
 echo "# filling the first 32 MiB so that reads return written data"
 on compute "dd if=/dev/urandom of=/dev/$DK_DEV bs=1M count=32 oflag=direct status=none"
 
-# job NAME FIO-ARGS: one time-based read job; prints "NAME iops=.. kib_s=.. clat_us=.."
-job() {
-  local name=$1 out=$TB_DIR/bench-$1.json; shift
-  on compute "fio --name=$name --filename=/dev/$DK_DEV --ioengine=libaio --direct=1 --size=32M \
-    --time_based --runtime=$SECS --output-format=json --output=$out $*" >/dev/null || return 1
-  python3 - "$out" "$name" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]["read"]
-print(f'{sys.argv[2]} iops={j["iops"]:.1f} kib_s={j["bw"]} clat_us={j["clat_ns"]["mean"] / 1000:.0f}')
-PY
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/bench/lib.sh"
 declare -A R
 for spec in "rand4k_qd1 --rw=randread --bs=4k --iodepth=1" "rand4k_qd16 --rw=randread --bs=4k --iodepth=16" \
   "seq128k_qd1 --rw=read --bs=128k --iodepth=1" "seq128k_qd4 --rw=read --bs=128k --iodepth=4" \

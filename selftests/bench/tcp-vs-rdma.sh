@@ -35,17 +35,8 @@ use() { # use rdma|tcp|auto: sets transport and waits until that transport carri
   tr_wait "use-$1" "$DK_DEV" 120 "$want" || { echo "not on $want after 120 s: $TR_WAIT"; return 1; }
 }
 
-# job NAME FIO-ARGS: one time-based read job; prints "NAME iops=.. kib_s=.. clat_us=.."
-job() {
-  local name=$1 out=$TB_DIR/bench-$1.json; shift
-  on compute "fio --name=$name --filename=/dev/$DK_DEV --ioengine=libaio --direct=1 --size=32M \
-    --time_based --runtime=$SECS --output-format=json --output=$out $*" >/dev/null || return 1
-  python3 - "$out" "$name" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]["read"]
-print(f'{sys.argv[2]} iops={j["iops"]:.1f} kib_s={j["bw"]} clat_us={j["clat_ns"]["mean"] / 1000:.0f}')
-PY
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$HERE/bench/lib.sh"
 declare -A R
 for t in rdma tcp; do
   use "$t" || { dk_cleanup; exit 1; }
