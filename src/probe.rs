@@ -172,7 +172,7 @@ pub(crate) fn run(
     let reply = &conn.reply;
     if verbose {
         pr_info!(
-        "{who} {peer}: probe connected on {} to export {}: capacity {} sectors, block size {}/{}, max_io {} bytes, max_segments {}, queue_depth {}, initial_credits {}, features {:#x}\n",
+        "{who} {peer}: connected on {} to export {}: capacity {} sectors, block size {}/{}, max_io {} bytes, max_segments {}, queue_depth {}, initial_credits {}, features {:#x}\n",
         conn.dev.name(),
         export,
         reply.capacity_sectors,
