@@ -271,9 +271,18 @@ impl DiskDev {
     }
 
     /// Tears down every connection, handing their requests to `dispose`.
-    fn shutdown_queues(&self, mut dispose: impl FnMut(DiskRq)) {
+    fn shutdown_queues(&self, dispose: impl FnMut(DiskRq)) {
+        self.shutdown_queues_if(|_| true, dispose);
+    }
+
+    /// Tears down the connections `pick` chooses, each taken out of its slot first, handing
+    /// their requests to `dispose`.
+    fn shutdown_queues_if(&self, pick: impl Fn(&Queue) -> bool, mut dispose: impl FnMut(DiskRq)) {
         for qid in 0..usize::from(self.nr_queues) {
-            let q = self.queues.lock().get_mut(qid).and_then(Option::take);
+            let q = match self.queues.lock().get_mut(qid) {
+                Some(slot) if slot.as_ref().is_some_and(&pick) => slot.take(),
+                _ => None,
+            };
             if let Some(q) = q {
                 q.shutdown(&mut dispose);
             }

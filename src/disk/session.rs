@@ -201,20 +201,7 @@ impl DiskDev {
                     *st = State::Reconnecting { since_ms: now_ms() };
                 }
             }
-            for qid in 0..usize::from(self.nr_queues) {
-                let q = {
-                    let mut qs = self.queues.lock();
-                    match qs.get_mut(qid) {
-                        Some(slot) if slot.as_ref().is_some_and(|q| q.on_device(dev)) => {
-                            slot.take()
-                        }
-                        _ => None,
-                    }
-                };
-                if let Some(q) = q {
-                    q.shutdown(|rq| self.requeue_or_fail(rq, true));
-                }
-            }
+            self.shutdown_queues_if(|q| q.on_device(dev), |rq| self.requeue_or_fail(rq, true));
         }
         self.kick();
     }
