@@ -11,6 +11,7 @@ use crate::proto::wire::HelloReply;
 use crate::rdma_queue::RdmaQueue;
 use crate::tcp_queue::TcpQueue;
 
+#[derive(Clone)]
 pub(crate) enum Queue {
     Rdma(Arc<RdmaQueue>),
     Tcp(Arc<TcpQueue>),
@@ -84,15 +85,6 @@ impl Queue {
         match self {
             Queue::Rdma(q) => q.shutdown(dispose),
             Queue::Tcp(q) => q.shutdown(dispose),
-        }
-    }
-}
-
-impl Clone for Queue {
-    fn clone(&self) -> Self {
-        match self {
-            Queue::Rdma(q) => Queue::Rdma(q.clone()),
-            Queue::Tcp(q) => Queue::Tcp(q.clone()),
         }
     }
 }
