@@ -19,7 +19,7 @@
 #endif
 
 #define RDMADISK_MAGIC                           0x5244534BU
-#define RDMADISK_VERSION                         1
+#define RDMADISK_VERSION                         2
 #define RDMADISK_EXPORT_NAME_MAX                 32
 #define RDMADISK_SECTOR_SHIFT                    9
 #define RDMADISK_SECTOR_SIZE                     512
@@ -75,6 +75,7 @@
 #define RDMADISK_HELLO_OFF_RECV_CREDITS          12
 #define RDMADISK_HELLO_OFF_RESERVED              14
 #define RDMADISK_HELLO_OFF_SESSION_ID            16
+#define RDMADISK_HELLO_OFF_EPOCH                 20
 #define RDMADISK_HELLO_OFF_EXPORT_NAME           24
 
 struct rdmadisk_hello {
@@ -85,7 +86,8 @@ struct rdmadisk_hello {
 	__le16 queue_count;
 	__le16 recv_credits;
 	__le16 reserved;
-	__le64 session_id;
+	__le32 session_id;
+	__le32 epoch;
 	__u8 export_name[32];
 };
 _Static_assert(sizeof(struct rdmadisk_hello) == RDMADISK_HELLO_LEN, "rdmadisk_hello size");
@@ -97,6 +99,7 @@ _Static_assert(offsetof(struct rdmadisk_hello, queue_count) == RDMADISK_HELLO_OF
 _Static_assert(offsetof(struct rdmadisk_hello, recv_credits) == RDMADISK_HELLO_OFF_RECV_CREDITS, "rdmadisk_hello.recv_credits");
 _Static_assert(offsetof(struct rdmadisk_hello, reserved) == RDMADISK_HELLO_OFF_RESERVED, "rdmadisk_hello.reserved");
 _Static_assert(offsetof(struct rdmadisk_hello, session_id) == RDMADISK_HELLO_OFF_SESSION_ID, "rdmadisk_hello.session_id");
+_Static_assert(offsetof(struct rdmadisk_hello, epoch) == RDMADISK_HELLO_OFF_EPOCH, "rdmadisk_hello.epoch");
 _Static_assert(offsetof(struct rdmadisk_hello, export_name) == RDMADISK_HELLO_OFF_EXPORT_NAME, "rdmadisk_hello.export_name");
 
 #define RDMADISK_HELLO_REPLY_LEN                 64

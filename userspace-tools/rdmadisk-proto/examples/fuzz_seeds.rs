@@ -24,7 +24,8 @@ fn main() {
         queue_id: 1,
         queue_count: 4,
         recv_credits: 128,
-        session_id: 0x1122_3344_5566_7788,
+        session_id: 0x1122_3344,
+        epoch: 0x5566_7788,
         export: ExportName::new(b"vol0").expect("valid name"),
     };
     write(&dir, "hello", "basic", &hello.to_bytes());
@@ -170,5 +171,12 @@ fn main() {
         131, 0, 132, 0, 132, 0,
     ];
     write(&dir, "events", "credits", credits);
+    // Ids: issue slots 0-2, answer them (current generation), replay, abandon,
+    // reissue; fences: two sessions, epochs moving forward and back.
+    let ids_and_fences: &[u8] = &[
+        0, 0, 0, 0, 1, 0, 0, 2, 0, 1, 0, 0, 1, 0, 0, 1, 1, 1, 2, 2, 0, 0, 2, 0, 1, 2, 0, 1, 2, 1,
+        1, 128, 1, 129, 1, 128, 2, 128, 1, 130, 2, 129, 0, 0, 2, 127, 3, 1, 2, 130,
+    ];
+    write(&dir, "ids_and_fences", "sequence", ids_and_fences);
     println!("seeds written to {}", dir.display());
 }

@@ -179,7 +179,8 @@ pub(crate) fn render() -> String {
             ("queue_count", h::QUEUE_COUNT, "__le16"),
             ("recv_credits", h::RECV_CREDITS, "__le16"),
             ("reserved", h::RESERVED, "__le16"),
-            ("session_id", h::SESSION_ID, "__le64"),
+            ("session_id", h::SESSION_ID, "__le32"),
+            ("epoch", h::EPOCH, "__le32"),
             ("export_name", h::EXPORT_NAME, &name_ty),
         ],
     );

@@ -1,5 +1,5 @@
-//! rdmadisk protocol core: wire format, CRC32C, credit accounting and the
-//! RDMA/TCP failover policy.
+//! rdmadisk protocol core: wire format, CRC32C, credit accounting, request
+//! ids, the fencing rule and the RDMA/TCP failover policy.
 //!
 //! Everything here is plain `core` Rust with no dependencies because the kernel
 //! module compiles these very files (one `#[path]` module each, inside its own
@@ -9,8 +9,10 @@
 
 pub mod crc32c;
 pub mod credits;
+pub mod fence;
 pub mod options;
 pub mod policy;
+pub mod tags;
 pub mod wire;
 
 #[cfg(test)]

@@ -15,7 +15,14 @@
 //!   Tcp     --(device added | mode Rdma, device present)------> Draining{to: Rdma}
 //!   Draining{to: Rdma} --on_drained--> Rdma
 //!   Draining{to: Rdma} --(RDMA failure | device removed | mode Tcp)--> Tcp/Probing (UseTcp)
+//!   Rdma --fallback(Tcp)--> Draining{to: Tcp}
+//!   Tcp | Probing | Draining{to: Tcp} --fallback(Rdma)--> Draining{to: Rdma}
 //! ```
+//!
+//! The fallback edges are for a device with no connection at all: when the
+//! transport the policy wants cannot be reconnected, the driver may try the
+//! other one at once (mode `Auto`), so that an outage passes on whichever
+//! transport comes back first ([`Policy::on_fallback`]).
 //!
 //! Mode rules (the sysfs `transport` knob):
 //! - `Auto`: the machine above.
@@ -171,6 +178,12 @@ impl State {
                             to: Transport::Rdma
                         },
                         Rdma | Tcp | Probing
+                    )
+                    | (
+                        Draining { to: Transport::Tcp },
+                        Draining {
+                            to: Transport::Rdma
+                        }
                     )
             )
     }
@@ -370,6 +383,26 @@ impl Policy {
         }
     }
 
+    /// The driver has no connection, could not re-establish one on the
+    /// transport this policy wants, and asks to try `t` instead. In mode
+    /// `Auto` (and, for RDMA, with a device present) the policy starts a drain
+    /// to `t`: the driver reports `on_drained` once `t` is connected, or, for
+    /// RDMA, `on_rdma_failure` if it is not. Pinned modes keep their transport.
+    pub fn on_fallback(&mut self, t: Transport, now_ms: u64) -> Action {
+        let _ = now_ms;
+        if self.mode != Mode::Auto {
+            return Action::None;
+        }
+        match (t, self.state) {
+            (Transport::Tcp, State::Rdma) => self.start_drain(Transport::Tcp),
+            (
+                Transport::Rdma,
+                State::Tcp | State::Probing | State::Draining { to: Transport::Tcp },
+            ) if self.device_present => self.start_drain(Transport::Rdma),
+            _ => Action::None,
+        }
+    }
+
     /// Periodic timer. While probing, asks for a probe every
     /// `probe_interval_ms`; a probe unanswered for that long counts as failed.
     pub fn on_tick(&mut self, now_ms: u64) -> Action {
@@ -510,6 +543,31 @@ mod tests {
 
     fn cfg() -> PolicyConfig {
         PolicyConfig::default()
+    }
+
+    #[test]
+    fn fallback_tries_the_other_transport_in_auto_only() {
+        let mut p = Policy::new(cfg(), 0);
+        assert_eq!(p.on_fallback(Transport::Rdma, 1), Action::None, "already RDMA");
+        assert_eq!(p.on_fallback(Transport::Tcp, 1), Action::DrainToTcp);
+        assert_eq!(p.state(), DRAIN_TCP);
+        // TCP could not be reached either; RDMA is tried again.
+        assert_eq!(p.on_fallback(Transport::Rdma, 2), Action::DrainToRdma);
+        assert_eq!(p.state(), DRAIN_RDMA);
+        // RDMA failed: back to TCP (probing), as an abandoned failback.
+        assert_eq!(p.on_rdma_failure(3), Action::UseTcp);
+        assert_eq!(p.state(), State::Probing);
+        assert_eq!(p.on_fallback(Transport::Rdma, 4), Action::DrainToRdma);
+        assert_eq!(p.on_drained(5), Action::UseRdma);
+        assert_eq!(p.state(), State::Rdma);
+
+        let mut pinned = Policy::new(cfg(), 0);
+        pinned.set_mode(Mode::Rdma, 0);
+        assert_eq!(pinned.on_fallback(Transport::Tcp, 1), Action::None);
+        assert_eq!(pinned.state(), State::Rdma);
+        let mut no_dev = Policy::new_on_tcp(cfg(), false, 0);
+        assert_eq!(no_dev.on_fallback(Transport::Rdma, 1), Action::None);
+        assert_eq!(no_dev.state(), State::Tcp);
     }
 
     /// A policy that failed over for faults and sits in Probing at `t`.
@@ -893,6 +951,7 @@ mod tests {
         Probe(bool),
         SetMode(Mode),
         SetConfig(u32, u32),
+        Fallback(Transport),
     }
 
     fn ev() -> impl Strategy<Value = (Ev, u64)> {
@@ -905,6 +964,7 @@ mod tests {
             3 => any::<bool>().prop_map(Ev::Probe),
             1 => prop_oneof![Just(Mode::Auto), Just(Mode::Rdma), Just(Mode::Tcp)].prop_map(Ev::SetMode),
             1 => (0u32..40, 0u32..5).prop_map(|(f, s)| Ev::SetConfig(f, s)),
+            2 => prop_oneof![Just(Transport::Rdma), Just(Transport::Tcp)].prop_map(Ev::Fallback),
         ];
         (e, 0u64..3_000)
     }
@@ -925,6 +985,7 @@ mod tests {
                     Ev::Tick => p.on_tick(now),
                     Ev::Probe(ok) => p.on_probe_result(ok, now),
                     Ev::SetMode(m) => p.set_mode(m, now),
+                    Ev::Fallback(t) => p.on_fallback(t, now),
                     Ev::SetConfig(f, s) => {
                         let c = PolicyConfig { failover_threshold: f, failback_probes: s, ..cfg() };
                         prop_assert_eq!(p.set_config(c).is_ok(), c.validate().is_ok());

@@ -16,8 +16,10 @@ use core::fmt;
 /// Magic at the start of [`Hello`] and [`HelloReply`] ("RDSK" read as a
 /// big-endian word), so a stray connection is rejected at once.
 pub const MAGIC: u32 = 0x5244_534B;
-/// Protocol version carried in [`Hello`] and [`HelloReply`].
-pub const VERSION: u16 = 1;
+/// Protocol version carried in [`Hello`] and [`HelloReply`]. Version 2 added
+/// connection epochs ([`Hello::epoch`], [`Status::Fenced`]) and request ids
+/// with generations ([`ReqId`]).
+pub const VERSION: u16 = 2;
 /// Maximum length in bytes of an export name.
 pub const EXPORT_NAME_MAX: usize = 32;
 /// log2 of the sector size that `sector` fields count in.
@@ -56,8 +58,10 @@ pub mod hello_off {
     pub const RECV_CREDITS: usize = 12;
     /// `u16` reserved, zero.
     pub const RESERVED: usize = 14;
-    /// `u64` session identifier.
+    /// `u32` session identifier (0: not fenced).
     pub const SESSION_ID: usize = 16;
+    /// `u32` connection epoch within the session.
+    pub const EPOCH: usize = 20;
     /// `[u8; 32]` export name, NUL padded.
     pub const EXPORT_NAME: usize = 24;
 }
@@ -153,7 +157,8 @@ pub mod frame_off {
 // The layouts are part of the protocol: any change must be deliberate.
 const _: () = assert!(hello_off::EXPORT_NAME + EXPORT_NAME_MAX == HELLO_LEN);
 const _: () = assert!(HELLO_LEN <= 56);
-const _: () = assert!(hello_off::SESSION_ID % 8 == 0);
+const _: () = assert!(hello_off::SESSION_ID + 4 == hello_off::EPOCH);
+const _: () = assert!(hello_off::EPOCH + 4 == hello_off::EXPORT_NAME);
 const _: () = assert!(hello_reply_off::RESERVED1 <= HELLO_REPLY_LEN);
 const _: () = assert!(HELLO_REPLY_LEN <= 196);
 const _: () = assert!(hello_reply_off::CAPACITY_SECTORS % 8 == 0);
@@ -372,7 +377,13 @@ pub struct Hello {
     pub recv_credits: u16,
     /// Ties a device's queues and both of its transports together, so the
     /// target can tell a reconnect (failover/failback) from a new client.
-    pub session_id: u64,
+    /// 0: a connection outside any session (a probe), which is never fenced
+    /// and fences nothing.
+    pub session_id: u32,
+    /// Which connection set of the session this queue belongs to. The client
+    /// raises it for every new set (reconnect, transport switch); see
+    /// [`Fence`] for what the target does with it.
+    pub epoch: u32,
     /// Export to attach to.
     pub export: ExportName,
 }
@@ -387,7 +398,8 @@ impl Hello {
         put_u16::<{ hello_off::QUEUE_ID }, HELLO_LEN>(out, self.queue_id);
         put_u16::<{ hello_off::QUEUE_COUNT }, HELLO_LEN>(out, self.queue_count);
         put_u16::<{ hello_off::RECV_CREDITS }, HELLO_LEN>(out, self.recv_credits);
-        put_u64::<{ hello_off::SESSION_ID }, HELLO_LEN>(out, self.session_id);
+        put_u32::<{ hello_off::SESSION_ID }, HELLO_LEN>(out, self.session_id);
+        put_u32::<{ hello_off::EPOCH }, HELLO_LEN>(out, self.epoch);
         put::<{ hello_off::EXPORT_NAME }, EXPORT_NAME_MAX, HELLO_LEN>(out, self.export.to_padded());
     }
 
@@ -413,7 +425,8 @@ impl Hello {
             queue_id: get_u16::<{ hello_off::QUEUE_ID }, HELLO_LEN>(b),
             queue_count: get_u16::<{ hello_off::QUEUE_COUNT }, HELLO_LEN>(b),
             recv_credits: get_u16::<{ hello_off::RECV_CREDITS }, HELLO_LEN>(b),
-            session_id: get_u64::<{ hello_off::SESSION_ID }, HELLO_LEN>(b),
+            session_id: get_u32::<{ hello_off::SESSION_ID }, HELLO_LEN>(b),
+            epoch: get_u32::<{ hello_off::EPOCH }, HELLO_LEN>(b),
             export: ExportName::from_padded(&name)?,
         })
     }
@@ -435,6 +448,9 @@ pub enum HelloStatus {
     Busy = 4,
     /// The hello was malformed (bad queue numbers, bad magic, ...).
     Invalid = 5,
+    /// The hello's epoch is older than one its session already used: the
+    /// connection set it belongs to has been superseded (see [`Fence`]).
+    Stale = 6,
 }
 
 impl TryFrom<u16> for HelloStatus {
@@ -447,6 +463,7 @@ impl TryFrom<u16> for HelloStatus {
             3 => HelloStatus::NotAllowed,
             4 => HelloStatus::Busy,
             5 => HelloStatus::Invalid,
+            6 => HelloStatus::Stale,
             _ => return Err(DecodeError::BadHelloStatus(v)),
         })
     }
@@ -594,6 +611,37 @@ impl TryFrom<u8> for Opcode {
     }
 }
 
+/// What a [`Request::tag`] and a [`Response::tag`] carry: the client's slot
+/// for the request (low 16 bits) and the slot's generation (high 16 bits).
+///
+/// The client raises a slot's generation every time it issues a request from
+/// it, and completes a slot only with a response that carries the current
+/// one, so a late or replayed response for an earlier use of the slot can
+/// never complete the request that uses it now (see [`super::tags`]). The
+/// target echoes the id and never interprets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReqId {
+    /// The client's slot (a blk-mq tag, or a reserved slot for keepalives).
+    pub slot: u16,
+    /// Generation of the slot when the request was issued.
+    pub gen: u16,
+}
+
+impl ReqId {
+    /// The id carried in a tag field.
+    pub fn from_tag(tag: u32) -> ReqId {
+        ReqId {
+            slot: tag as u16,
+            gen: (tag >> 16) as u16,
+        }
+    }
+
+    /// The tag field that carries this id.
+    pub fn tag(self) -> u32 {
+        u32::from(self.gen) << 16 | u32::from(self.slot)
+    }
+}
+
 /// A client buffer the target may access once, with RDMA Read (writes) or
 /// RDMA Write (reads), through a fast-registered memory region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -624,6 +672,9 @@ pub enum Status {
     Unsupported = 5,
     /// The request is malformed.
     Invalid = 6,
+    /// The request came on a connection that a newer epoch or session of the
+    /// same client has superseded; it was not applied (see [`Fence`]).
+    Fenced = 7,
 }
 
 impl TryFrom<u16> for Status {
@@ -637,6 +688,7 @@ impl TryFrom<u16> for Status {
             4 => Status::IoError,
             5 => Status::Unsupported,
             6 => Status::Invalid,
+            7 => Status::Fenced,
             _ => return Err(DecodeError::BadStatus(v)),
         })
     }
@@ -652,6 +704,7 @@ impl fmt::Display for Status {
             Status::IoError => "i/o error",
             Status::Unsupported => "unsupported",
             Status::Invalid => "invalid request",
+            Status::Fenced => "fenced (superseded connection)",
         })
     }
 }
@@ -665,7 +718,7 @@ pub struct Request {
     pub flags: u8,
     /// Response credits the client grants back (receives it re-posted).
     pub credits: u16,
-    /// Client tag, echoed in the response.
+    /// Request id ([`ReqId`]: slot and generation), echoed in the response.
     pub tag: u32,
     /// First 512-byte sector.
     pub sector: u64,
@@ -773,7 +826,7 @@ impl Request {
 /// Send-with-Invalidate of `rkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Response {
-    /// Tag of the request answered.
+    /// Request id ([`ReqId`]) of the request answered.
     pub tag: u32,
     /// Outcome.
     pub status: Status,
@@ -932,7 +985,8 @@ mod tests {
             queue_id: 3,
             queue_count: 4,
             recv_credits: 128,
-            session_id: 0x0102_0304_0506_0708,
+            session_id: 0x0102_0304,
+            epoch: 0x0506_0708,
             export: name("vol-0"),
         }
     }
@@ -984,11 +1038,12 @@ mod tests {
     fn hello_layout_is_little_endian_at_documented_offsets() {
         let b = hello().to_bytes();
         assert_eq!(&b[0..4], &[0x4B, 0x53, 0x44, 0x52]);
-        assert_eq!(&b[4..6], &[1, 0]);
+        assert_eq!(&b[4..6], &[2, 0]);
         assert_eq!(&b[8..10], &[3, 0]);
         assert_eq!(&b[10..12], &[4, 0]);
         assert_eq!(&b[12..14], &[128, 0]);
-        assert_eq!(&b[16..24], &[8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(&b[16..20], &[4, 3, 2, 1]);
+        assert_eq!(&b[20..24], &[8, 7, 6, 5]);
         assert_eq!(&b[24..29], b"vol-0");
         assert!(b[29..].iter().all(|&c| c == 0));
         assert_eq!(Hello::decode(&b), Ok(hello()));
@@ -1006,7 +1061,7 @@ mod tests {
         b[0] ^= 1;
         assert_eq!(Hello::decode(&b), Err(DecodeError::BadMagic));
         let mut b = good;
-        b[4] = 2;
+        b[4] = 1;
         assert_eq!(Hello::decode(&b), Err(DecodeError::BadVersion));
         let mut b = good;
         b[24] = 0;
@@ -1070,10 +1125,10 @@ mod tests {
         bad[5] = 1;
         assert_eq!(HelloReply::decode(&bad), Err(DecodeError::BadVersion));
         let mut bad = b;
-        bad[6] = 6;
+        bad[6] = 7;
         assert_eq!(
             HelloReply::decode(&bad),
-            Err(DecodeError::BadHelloStatus(6))
+            Err(DecodeError::BadHelloStatus(7))
         );
         let r = HelloReply::rejected(HelloStatus::Busy);
         assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
@@ -1081,13 +1136,14 @@ mod tests {
 
     #[test]
     fn status_enums_round_trip() {
-        for v in 0..=5u16 {
+        for v in 0..=6u16 {
             assert_eq!(HelloStatus::try_from(v).map(|s| s as u16), Ok(v));
         }
-        for v in 0..=6u16 {
+        assert_eq!(HelloStatus::try_from(7), Err(DecodeError::BadHelloStatus(7)));
+        for v in 0..=7u16 {
             assert_eq!(Status::try_from(v).map(|s| s as u16), Ok(v));
         }
-        assert_eq!(Status::try_from(7), Err(DecodeError::BadStatus(7)));
+        assert_eq!(Status::try_from(8), Err(DecodeError::BadStatus(8)));
         for v in 1..=6u8 {
             assert_eq!(Opcode::try_from(v).map(|o| o as u8), Ok(v));
         }
@@ -1374,8 +1430,8 @@ mod tests {
 
         #[test]
         fn hello_round_trips(flags in any::<u16>(), queue_id in any::<u16>(), queue_count in any::<u16>(),
-                             recv_credits in any::<u16>(), session_id in any::<u64>(), export in arb_name()) {
-            let h = Hello { flags, queue_id, queue_count, recv_credits, session_id, export };
+                             recv_credits in any::<u16>(), session_id in any::<u32>(), epoch in any::<u32>(), export in arb_name()) {
+            let h = Hello { flags, queue_id, queue_count, recv_credits, session_id, epoch, export };
             prop_assert_eq!(Hello::decode(&h.to_bytes()), Ok(h));
         }
 
@@ -1392,14 +1448,14 @@ mod tests {
         }
 
         #[test]
-        fn response_round_trips(tag in any::<u32>(), status in 0u16..=6, credits in any::<u16>(),
+        fn response_round_trips(tag in any::<u32>(), status in 0u16..=7, credits in any::<u16>(),
                                 data_crc in any::<u32>(), length in any::<u32>(), rkey in any::<u32>()) {
             let r = Response { tag, status: Status::try_from(status).unwrap(), credits, data_crc, length, rkey };
             prop_assert_eq!(Response::decode(&r.to_bytes()), Ok(r));
         }
 
         #[test]
-        fn hello_reply_round_trips(status in 0u16..=5, capacity_sectors in any::<u64>(), lbs in any::<u32>(),
+        fn hello_reply_round_trips(status in 0u16..=6, capacity_sectors in any::<u64>(), lbs in any::<u32>(),
                                    pbs in any::<u32>(), max_io_bytes in any::<u32>(), max_segments in any::<u16>(),
                                    queue_depth in any::<u16>(), initial_credits in any::<u16>(),
                                    features in any::<u32>(), max_discard_sectors in any::<u32>()) {

@@ -133,7 +133,7 @@ fuzz_target!(|data: &[u8]| {
                 p = Policy::new_on_tcp(PolicyConfig::default(), arg & 1 != 0, now);
                 continue;
             }
-            _ => p.on_tick(now),
+            _ => p.on_fallback([Transport::Rdma, Transport::Tcp][usize::from(arg & 1)], now),
         };
         let after = p.state();
         assert!(before.may_move_to(after), "{before:?} -> {after:?}");
