@@ -154,7 +154,11 @@ mod tests {
         assert_eq!(f.check(9, 1), Verdict::Advance);
         f.advance(9, 1);
         assert_eq!(f.check(7, 5), Verdict::Fenced);
-        assert_eq!(f.check(7, 6), Verdict::Fenced, "a retired session stays out");
+        assert_eq!(
+            f.check(7, 6),
+            Verdict::Fenced,
+            "a retired session stays out"
+        );
         assert!(!f.admit_hello(7, 6));
         assert_eq!(f.check(9, 1), Verdict::Apply);
     }

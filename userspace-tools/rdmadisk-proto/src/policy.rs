@@ -548,7 +548,11 @@ mod tests {
     #[test]
     fn fallback_tries_the_other_transport_in_auto_only() {
         let mut p = Policy::new(cfg(), 0);
-        assert_eq!(p.on_fallback(Transport::Rdma, 1), Action::None, "already RDMA");
+        assert_eq!(
+            p.on_fallback(Transport::Rdma, 1),
+            Action::None,
+            "already RDMA"
+        );
         assert_eq!(p.on_fallback(Transport::Tcp, 1), Action::DrainToTcp);
         assert_eq!(p.state(), DRAIN_TCP);
         // TCP could not be reached either; RDMA is tried again.

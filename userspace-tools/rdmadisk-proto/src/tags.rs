@@ -150,13 +150,23 @@ mod tests {
             Err(TagError::Stale),
             "wrong generation"
         );
-        assert_eq!(t.answer(ReqId { slot: 1, gen: 0 }), Err(TagError::NotInFlight));
-        assert_eq!(t.answer(ReqId { slot: 9, gen: 1 }), Err(TagError::OutOfRange));
+        assert_eq!(
+            t.answer(ReqId { slot: 1, gen: 0 }),
+            Err(TagError::NotInFlight)
+        );
+        assert_eq!(
+            t.answer(ReqId { slot: 9, gen: 1 }),
+            Err(TagError::OutOfRange)
+        );
         assert_eq!(t.answer(a), Ok(2));
         assert_eq!(t.answer(a), Err(TagError::NotInFlight), "a duplicate");
         let b = t.issue(2).unwrap();
         assert_eq!(b.gen, 2);
-        assert_eq!(t.answer(a), Err(TagError::Stale), "a replay of the first use");
+        assert_eq!(
+            t.answer(a),
+            Err(TagError::Stale),
+            "a replay of the first use"
+        );
         assert_eq!(t.answer(b), Ok(2));
         assert_eq!(t.in_flight(), 0);
     }
@@ -186,7 +196,10 @@ mod tests {
 
     #[test]
     fn req_id_round_trips_through_the_tag() {
-        let id = ReqId { slot: 0x1234, gen: 0xbeef };
+        let id = ReqId {
+            slot: 0x1234,
+            gen: 0xbeef,
+        };
         assert_eq!(id.tag(), 0xbeef_1234);
         assert_eq!(ReqId::from_tag(id.tag()), id);
     }

@@ -1139,7 +1139,10 @@ mod tests {
         for v in 0..=6u16 {
             assert_eq!(HelloStatus::try_from(v).map(|s| s as u16), Ok(v));
         }
-        assert_eq!(HelloStatus::try_from(7), Err(DecodeError::BadHelloStatus(7)));
+        assert_eq!(
+            HelloStatus::try_from(7),
+            Err(DecodeError::BadHelloStatus(7))
+        );
         for v in 0..=7u16 {
             assert_eq!(Status::try_from(v).map(|s| s as u16), Ok(v));
         }
