@@ -47,20 +47,26 @@ pub struct ConnectOptions {
     pub recv_credits: u16,
     /// Local address to bind before connecting (e.g. 127.0.0.3 to test allow-lists).
     pub bind: Option<IpAddr>,
-    pub session_id: u64,
+    /// Session the connection belongs to; 0 (the default) is a probe, which the target never
+    /// fences.
+    pub session_id: u32,
+    /// Connection set within the session (see `rdmadisk_proto::fence`).
+    pub epoch: u32,
     pub queue_id: u16,
     pub queue_count: u16,
     pub timeout: Duration,
 }
 
 impl ConnectOptions {
-    /// Defaults for `export`: 32 receive credits, queue 0 of 1, 10 s timeout.
+    /// Defaults for `export`: 32 receive credits, queue 0 of 1, session 0 (a probe), 10 s
+    /// timeout.
     pub fn new(export: &str) -> Self {
         ConnectOptions {
             export: export.to_string(),
             recv_credits: 32,
             bind: None,
             session_id: 0,
+            epoch: 0,
             queue_id: 0,
             queue_count: 1,
             timeout: Duration::from_secs(10),
@@ -105,6 +111,7 @@ impl TcpClient {
             queue_count: opts.queue_count,
             recv_credits: opts.recv_credits,
             session_id: opts.session_id,
+            epoch: opts.epoch,
             export,
         };
         let mut c = TcpClient {

@@ -7,6 +7,8 @@ use clap::Parser;
 use rdmadisk_proto::options::DEFAULT_TCP_PORT;
 use serde::Deserialize;
 
+use crate::hostile::{Hostile, Kind};
+
 /// rdmadisk storage target: serves block exports to rdmadisk clients over RDMA (rdma_cm, RC
 /// queue pairs) and TCP.
 #[derive(Parser, Debug, Default)]
@@ -19,8 +21,8 @@ EXAMPLES:
   rdmadisk-target --config /etc/rdmadisk/target.toml --stats-file /run/rdmadisk.stats
 
 TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], max_io_bytes,
-queue_depth, credits, direct, stats_file, corrupt_read_every, fail_write_crc_every, and
-[[export]] tables with name, path, read_only."
+queue_depth, credits, direct, stats_file, corrupt_read_every, fail_write_crc_every,
+hostile = [..], hostile_every, and [[export]] tables with name, path, read_only."
 )]
 pub struct Args {
     /// TOML configuration file.
@@ -75,6 +77,15 @@ pub struct Args {
     /// expose plain MR rkeys, which rxe refuses to invalidate).
     #[arg(long)]
     pub no_invalidate: bool,
+    /// TEST ONLY: make every Nth response of each connection hostile, the kinds taking turns:
+    /// unknown_tag, dup_response, wrong_rkey, no_invalidate, bad_status, long_length,
+    /// truncated, garbage, credit_overflow, late_write. Comma-separated or repeated.
+    #[arg(long, value_name = "KIND[,KIND...]", value_delimiter = ',')]
+    pub hostile: Vec<String>,
+    /// TEST ONLY: with --hostile, every how many responses of a connection one is hostile.
+    /// Default 3.
+    #[arg(long, value_name = "N")]
+    pub hostile_every: Option<u64>,
 }
 
 /// One `[[export]]` table.
@@ -106,6 +117,9 @@ pub struct FileConf {
     pub corrupt_read_every: Option<u64>,
     pub fail_write_crc_every: Option<u64>,
     #[serde(default)]
+    pub hostile: Vec<String>,
+    pub hostile_every: Option<u64>,
+    #[serde(default)]
     pub export: Vec<ExportConf>,
 }
 
@@ -124,6 +138,7 @@ pub struct Config {
     pub corrupt_read_every: u64,
     pub fail_write_crc_every: u64,
     pub no_invalidate: bool,
+    pub hostile: Hostile,
     pub exports: Vec<ExportConf>,
 }
 
@@ -165,6 +180,22 @@ impl Config {
         let max_io_bytes = args.max_io_bytes.or(file.max_io_bytes).unwrap_or(1 << 20);
         let no_rdma = args.no_rdma || file.no_rdma.unwrap_or(false);
         let no_tcp = args.no_tcp || file.no_tcp.unwrap_or(false);
+        let names = if args.hostile.is_empty() {
+            &file.hostile
+        } else {
+            &args.hostile
+        };
+        let mut kinds = Vec::new();
+        for n in names {
+            let k = Kind::parse(n)?;
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+        let hostile = Hostile {
+            kinds,
+            every: args.hostile_every.or(file.hostile_every).unwrap_or(3),
+        };
         let c = Config {
             listen: args
                 .listen
@@ -195,6 +226,7 @@ impl Config {
                 .or(file.fail_write_crc_every)
                 .unwrap_or(0),
             no_invalidate: args.no_invalidate,
+            hostile,
             exports,
         };
         if c.exports.is_empty() {
@@ -220,6 +252,9 @@ impl Config {
         }
         if c.max_io_bytes < 4096 || c.max_io_bytes % 4096 != 0 || c.max_io_bytes > 64 << 20 {
             return Err("max_io_bytes must be a multiple of 4096 between 4 KiB and 64 MiB".into());
+        }
+        if c.hostile.every == 0 {
+            return Err("hostile_every must be at least 1".into());
         }
         if c.rdma_port.is_none() && c.tcp_port.is_none() {
             return Err("both transports disabled".into());
@@ -272,6 +307,79 @@ read_only = true
         assert_eq!(c.exports.len(), 3);
         assert!(c.exports[1].read_only);
         assert_eq!(c.max_io_bytes, 1 << 20);
+        assert!(!c.hostile.enabled());
+    }
+
+    #[test]
+    fn hostile_from_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(
+            &p,
+            r#"
+hostile = ["bad_status", "late-write", "bad_status"]
+hostile_every = 5
+[[export]]
+name = "a"
+path = "/tmp/a.img"
+"#,
+        )
+        .unwrap();
+        let file_only = Args {
+            config: Some(p.clone()),
+            ..Args::default()
+        };
+        let c = Config::load(&file_only).unwrap();
+        assert_eq!(
+            c.hostile,
+            Hostile {
+                kinds: vec![Kind::BadStatus, Kind::LateWrite],
+                every: 5
+            }
+        );
+        let flags = Args {
+            config: Some(p.clone()),
+            hostile: vec!["garbage".into()],
+            hostile_every: Some(1),
+            ..Args::default()
+        };
+        let c = Config::load(&flags).unwrap();
+        assert_eq!(
+            c.hostile,
+            Hostile {
+                kinds: vec![Kind::Garbage],
+                every: 1
+            }
+        );
+        let bad = Args {
+            config: Some(p.clone()),
+            hostile: vec!["nope".into()],
+            ..Args::default()
+        };
+        assert!(Config::load(&bad)
+            .unwrap_err()
+            .contains("unknown hostile kind"));
+        let zero = Args {
+            config: Some(p),
+            hostile_every: Some(0),
+            ..Args::default()
+        };
+        assert!(Config::load(&zero).is_err());
+        let parsed = Args::try_parse_from([
+            "rdmadisk-target",
+            "--hostile",
+            "unknown_tag,dup_response",
+            "--hostile",
+            "garbage",
+            "--hostile-every",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(
+            parsed.hostile,
+            vec!["unknown_tag", "dup_response", "garbage"]
+        );
+        assert_eq!(parsed.hostile_every, Some(2));
     }
 
     #[test]

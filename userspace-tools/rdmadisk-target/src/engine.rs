@@ -1,8 +1,8 @@
-//! Transport-independent request handling: admission, the I/O itself, CRC checks, fault
-//! injection, and the HelloReply for an export.
+//! Transport-independent request handling: admission, fencing, the I/O itself, CRC checks,
+//! fault injection, and the HelloReply for an export.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -14,6 +14,8 @@ use rdmadisk_proto::wire::{
 };
 
 use crate::export::Export;
+use crate::fence_table::{ConnFence, FenceTable, Refusal, FENCE_TABLE_CAP};
+use crate::hostile::{Hostile, Kind};
 use crate::stats::Stats;
 
 /// Settings that shape every connection.
@@ -29,6 +31,14 @@ pub struct Limits {
     pub fail_write_crc_every: u64,
     /// Never Send-with-Invalidate (diagnostic).
     pub no_invalidate: bool,
+    /// Test-only hostile responses (off when `kinds` is empty).
+    pub hostile: Hostile,
+}
+
+/// What a connection gets from a successful attach.
+pub struct Attached {
+    pub export: Arc<Export>,
+    pub fence: ConnFence,
 }
 
 /// State shared by every connection thread.
@@ -38,6 +48,7 @@ pub struct Target {
     pub limits: Limits,
     pub stats: Stats,
     pub shutdown: AtomicBool,
+    fences: FenceTable,
     read_seq: AtomicU64,
     write_seq: AtomicU64,
 }
@@ -53,6 +64,7 @@ impl Target {
             limits,
             stats: Stats::default(),
             shutdown: AtomicBool::new(false),
+            fences: FenceTable::new(FENCE_TABLE_CAP),
             read_seq: AtomicU64::new(0),
             write_seq: AtomicU64::new(0),
         }
@@ -63,9 +75,10 @@ impl Target {
         self.shutdown.load(Ordering::Relaxed)
     }
 
-    /// Decides on a Hello from `peer`: the export to serve, or the refusal status.
-    pub fn attach(&self, peer: Option<IpAddr>, hello: &Hello) -> Result<Arc<Export>, HelloStatus> {
-        match peer {
+    /// Decides on a Hello from `peer`: the export to serve and the connection's fence, or the
+    /// refusal status. Refusals for fencing reasons are logged here, the others by the caller.
+    pub fn attach(&self, peer: Option<SocketAddr>, hello: &Hello) -> Result<Attached, HelloStatus> {
+        match peer.map(|p| p.ip()) {
             Some(ip) if self.allow.allows(ip) => {}
             None if self.allow.is_empty() => {}
             _ => return Err(HelloStatus::NotAllowed),
@@ -76,10 +89,72 @@ impl Target {
         if hello.queue_count == 0 || hello.queue_id >= hello.queue_count {
             return Err(HelloStatus::Invalid);
         }
-        self.exports
+        let export = self
+            .exports
             .get(hello.export.as_str())
             .cloned()
-            .ok_or(HelloStatus::NoSuchExport)
+            .ok_or(HelloStatus::NoSuchExport)?;
+        // Peers whose address rdma_cm could not tell share one fence: they may then fence each
+        // other (failed writes, reported), where not fencing them could let an old write land
+        // over a newer one (silent corruption).
+        let ip = peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip());
+        let who = peer.map_or_else(|| "?".to_string(), |p| p.to_string());
+        let (session, epoch) = (hello.session_id, hello.epoch);
+        match self.fences.attach(ip, &export.name, session, epoch) {
+            Ok(fence) => Ok(Attached { export, fence }),
+            Err(Refusal::Full) => {
+                Stats::inc(&self.stats.fence_table_full);
+                eprintln!(
+                    "rdmadisk-target: refusing {who} for export {} (session {session}): the fence table is full ({FENCE_TABLE_CAP} address/export pairs); answering Busy",
+                    export.name
+                );
+                Err(HelloStatus::Busy)
+            }
+            Err(Refusal::Stale { current }) => {
+                Stats::inc(&self.stats.stale_hellos);
+                let (cs, ce) = current.unwrap_or((0, 0));
+                eprintln!(
+                    "rdmadisk-target: stale hello from {who} for export {}: session {session} epoch {epoch}, but the fence is at session {cs} epoch {ce}; refused Stale",
+                    export.name
+                );
+                Err(HelloStatus::Stale)
+            }
+        }
+    }
+
+    /// Runs `apply`, the execution of `req` (or its error status), under the connection's
+    /// fence. `Err(Status::Fenced)`: a modifying request of a superseded connection, not run.
+    pub fn fenced<R>(
+        &self,
+        c: &ConnFence,
+        req: &Request,
+        apply: impl FnOnce() -> R,
+    ) -> Result<R, Status> {
+        let out = c.run(req.opcode.modifies(), apply);
+        if out.moved {
+            Stats::inc(&self.stats.fence_moves);
+            eprintln!(
+                "rdmadisk-target: fence for {} {} moved to session {} epoch {}",
+                c.ip, c.export, c.session, c.epoch
+            );
+        }
+        out.applied.ok_or_else(|| {
+            Stats::inc(&self.stats.fenced_requests);
+            if c.first_fenced() {
+                let (fs, fe) = c.current().unwrap_or((0, 0));
+                eprintln!(
+                    "rdmadisk-target: {} {}: session {} epoch {} is superseded (fence at session {fs} epoch {fe}); its writes are answered Fenced",
+                    c.ip, c.export, c.session, c.epoch
+                );
+            }
+            Status::Fenced
+        })
+    }
+
+    /// Counts one hostile act.
+    pub fn count_hostile(&self, k: Kind) {
+        Stats::inc(&self.stats.hostile_acts);
+        Stats::inc(self.stats.hostile(k));
     }
 
     /// The HelloReply for an attached export.

@@ -9,6 +9,8 @@
 mod config;
 mod engine;
 mod export;
+mod fence_table;
+mod hostile;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod stats;
@@ -54,6 +56,47 @@ fn say(msg: &str) {
     let _ = out.flush();
 }
 
+/// The start-up line of hostile mode: loud, because a target in this mode corrupts the
+/// protocol on purpose.
+fn hostile_warning(l: &Limits) -> String {
+    let h = &l.hostile;
+    let names = |f: &dyn Fn(hostile::Kind) -> bool| -> Vec<&str> {
+        h.kinds
+            .iter()
+            .filter(|&&k| f(k))
+            .map(|k| k.name())
+            .collect()
+    };
+    let mut msg = format!(
+        "WARNING: HOSTILE MODE, FOR TESTS ONLY: {} of each connection is deliberately broken ({}); never serve real clients like this",
+        if h.every == 1 {
+            "every response".to_string()
+        } else {
+            format!("one response in {}", h.every)
+        },
+        names(&|_| true).join(", ")
+    );
+    let rdma_only = names(&|k| !k.on_tcp());
+    if !rdma_only.is_empty() {
+        msg += &format!("; RDMA only: {}", rdma_only.join(", "));
+    }
+    if l.no_invalidate {
+        let dead = names(&|k| {
+            matches!(
+                k,
+                hostile::Kind::WrongRkey | hostile::Kind::NoInvalidate | hostile::Kind::LateWrite
+            )
+        });
+        if !dead.is_empty() {
+            msg += &format!(
+                "; with --no-invalidate these never fire: {}",
+                dead.join(", ")
+            );
+        }
+    }
+    msg
+}
+
 fn run(cfg: Config) -> Result<(), String> {
     let allow = AllowList::parse(&cfg.allow).map_err(|e| e.to_string())?;
     let mut exports = Vec::new();
@@ -81,7 +124,11 @@ fn run(cfg: Config) -> Result<(), String> {
         corrupt_read_every: cfg.corrupt_read_every,
         fail_write_crc_every: cfg.fail_write_crc_every,
         no_invalidate: cfg.no_invalidate,
+        hostile: cfg.hostile.clone(),
     };
+    if limits.hostile.enabled() {
+        say(&hostile_warning(&limits));
+    }
     if allow.is_empty() {
         say("allow-list empty: every client may connect");
     } else {

@@ -6,8 +6,11 @@
 //! `credits` field of each Request) and wait when none is left. WRITE data is pulled with RDMA
 //! Read into a registered buffer, CRC-checked, then written; READ data is read, CRC'd and pushed
 //! with RDMA Write chained before the Response. Every Response is a Send-with-Invalidate of the
-//! request's `buf.rkey` (rkey 0: a plain Send). A malformed message or a failed work request
-//! resets that connection only.
+//! request's `buf.rkey` (rkey 0: a plain Send). Every request runs under its connection's fence
+//! (a write's check is at apply time, after its RDMA Read). A malformed message or a failed
+//! work request resets that connection only. In hostile mode (tests only) the response may be
+//! altered, accompanied by an extra Send (only with a spare response credit) or followed by a
+//! late RDMA Write.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -26,6 +29,8 @@ use rdmadisk_proto::wire::{Hello, HelloReply, HelloStatus, Opcode, Request, Stat
 
 use crate::engine::{ConnGuard, Target};
 use crate::export::Export;
+use crate::fence_table::ConnFence;
+use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
 use crate::stats::Stats;
 
 const TICK: Duration = Duration::from_millis(200);
@@ -39,6 +44,8 @@ const DATA_BUFS: usize = 2;
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
 const K_READ: u64 = 3;
+/// A hostile late RDMA Write; it owns the read's data buffer until it completes.
+const K_LATE: u64 = 4;
 
 fn wr_id(kind: u64, data_buf: Option<usize>, slot: usize) -> u64 {
     (kind << 56) | ((data_buf.map_or(0, |b| b as u64 + 1)) << 24) | slot as u64
@@ -167,15 +174,22 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
             return Err(());
         }
     };
-    let export = match t.attach(peer_addr.map(|a| a.ip()), &hello) {
-        Ok(e) => e,
+    let (export, fence) = match t.attach(peer_addr, &hello) {
+        Ok(a) => (a.export, a.fence),
         Err(st) => {
             let why = if st == HelloStatus::NotAllowed {
                 "address not on the allow-list".to_string()
             } else {
                 format!("export {:?}: {st:?}", hello.export.as_str())
             };
-            refuse(&id, &peer, st, &why);
+            // attach has logged a Stale refusal in detail already.
+            if st == HelloStatus::Stale {
+                if let Err(e) = id.reject(&HelloReply::rejected(st).to_bytes()) {
+                    eprintln!("rdmadisk-target: rdma: rdma_reject failed: {e}");
+                }
+            } else {
+                refuse(&id, &peer, st, &why);
+            }
             return Err(());
         }
     };
@@ -227,8 +241,8 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
         }
     };
     eprintln!(
-        "rdmadisk-target: rdma: {peer} attached to export {} (queue {}/{}, {credits} credits, client recv credits {})",
-        export.name, hello.queue_id, hello.queue_count, hello.recv_credits
+        "rdmadisk-target: rdma: {peer} attached to export {} (queue {}/{}, {credits} credits, client recv credits {}, session {} epoch {})",
+        export.name, hello.queue_id, hello.queue_count, hello.recv_credits, hello.session_id, hello.epoch
     );
     Stats::inc(&t.stats.rdma_connections);
     Ok(Conn {
@@ -240,6 +254,11 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
         send_mr,
         data_mr,
         export,
+        fence,
+        rng: Rng::new(u64::from(peer_addr.map_or(0, |a| a.port()))),
+        chooser: Chooser::default(),
+        late_rkeys: VecDeque::new(),
+        hostile_reset: false,
         peer,
         max_io,
         send_slots: credits,
@@ -265,6 +284,13 @@ struct Conn {
     send_mr: Mr,
     data_mr: Mr,
     export: Arc<Export>,
+    fence: ConnFence,
+    rng: Rng,
+    chooser: Chooser,
+    /// rkeys of the late writes in flight, oldest first (send completions come in order).
+    late_rkeys: VecDeque<u32>,
+    /// `broken` is the expected end of a hostile late write, not a fault.
+    hostile_reset: bool,
     peer: String,
     max_io: usize,
     send_slots: usize,
@@ -323,7 +349,11 @@ impl Conn {
                     "rdmadisk-target: rdma: {}: {why}; resetting this connection",
                     self.peer
                 );
-                Stats::inc(&t.stats.resets);
+                Stats::inc(if self.hostile_reset {
+                    &t.stats.hostile_resets
+                } else {
+                    &t.stats.resets
+                });
             }
             None => eprintln!("rdmadisk-target: rdma: {} disconnected", self.peer),
         }
@@ -341,6 +371,10 @@ impl Conn {
         };
         for wc in wcs {
             let kind = wr_kind(wc.wr_id);
+            if kind == K_LATE && wc.status != rdma::WC_WR_FLUSH_ERR {
+                self.late_write_done(t, &wc);
+                continue;
+            }
             if !wc.ok() {
                 if kind == K_READ {
                     self.read_done = Some(Err(()));
@@ -394,6 +428,38 @@ impl Conn {
         }
     }
 
+    /// Completion of a hostile late write: it must have been refused, since the response before
+    /// it invalidated its rkey.
+    fn late_write_done(&mut self, t: &Target, wc: &rdma::Completion) {
+        let rkey = self.late_rkeys.pop_front().unwrap_or(0);
+        if wc.ok() {
+            if let Some(b) = wr_data_buf(wc.wr_id) {
+                self.data_free.push(b);
+            }
+            Stats::inc(&t.stats.late_write_succeeded);
+            eprintln!(
+                "rdmadisk-target: rdma: {}: hostile late RDMA Write to rkey {rkey:#x} SUCCEEDED after the response that invalidated it: the client left that memory reachable",
+                self.peer
+            );
+            return;
+        }
+        Stats::inc(&t.stats.late_write_rejected);
+        eprintln!(
+            "rdmadisk-target: rdma: {}: hostile late RDMA Write to invalidated rkey {rkey:#x} refused, as it must be: {} (status {})",
+            self.peer,
+            wc.status_str(),
+            wc.status
+        );
+        // The QP is in the error state now; what follows is that, not a fault of the client.
+        if self.broken.is_none() {
+            self.hostile_reset = true;
+            self.broken = Some(format!(
+                "hostile late RDMA Write refused ({})",
+                wc.status_str()
+            ));
+        }
+    }
+
     fn acquire_data_buf(&mut self, t: &Target) -> Option<usize> {
         while self.data_free.is_empty() {
             if self.gone() {
@@ -407,6 +473,8 @@ impl Conn {
     fn process(&mut self, t: &Target, req: Request) {
         let export = self.export.clone();
         if let Err(st) = t.admit(&export, &req) {
+            // Still checked: any request of a newer set moves the fence.
+            let st = t.fenced(&self.fence, &req, || st).unwrap_or_else(|f| f);
             self.respond(t, &req, st, 0, None);
             return;
         }
@@ -417,7 +485,11 @@ impl Conn {
                     return;
                 };
                 let off = b * self.max_io;
-                let (st, crc) = t.read(&export, &req, &mut self.data_mr[off..off + n]);
+                let (st, crc) = t
+                    .fenced(&self.fence, &req, || {
+                        t.read(&export, &req, &mut self.data_mr[off..off + n])
+                    })
+                    .unwrap_or_else(|f| (f, 0));
                 if st == Status::Ok {
                     self.respond(t, &req, st, crc, Some(b));
                 } else {
@@ -453,15 +525,50 @@ impl Conn {
                 if self.read_done != Some(Ok(())) {
                     return;
                 }
-                let st = t.write(&export, &req, &self.data_mr[off..off + n]);
+                // The fence is checked now, at apply time, not before the RDMA Read: a newer
+                // set may have moved it while the data was in flight.
+                let st = t
+                    .fenced(&self.fence, &req, || {
+                        t.write(&export, &req, &self.data_mr[off..off + n])
+                    })
+                    .unwrap_or_else(|f| f);
                 self.data_free.push(b);
                 self.respond(t, &req, st, 0, None);
             }
             _ => {
-                let st = t.no_data(&export, &req);
+                let st = t
+                    .fenced(&self.fence, &req, || t.no_data(&export, &req))
+                    .unwrap_or_else(|f| f);
                 self.respond(t, &req, st, 0, None);
             }
         }
+    }
+
+    /// Posts one extra hostile message as a plain Send. Like every Send it spends a response
+    /// credit, so it is sent only if one is left (no RNR, ever), and a send slot. False if it
+    /// was not sent.
+    fn post_extra(&mut self, msg: &[u8; RESPONSE_LEN]) -> bool {
+        if self.send_free.is_empty() || !self.resp_credits.try_consume() {
+            return false;
+        }
+        let Some(slot) = self.send_free.pop() else {
+            return false;
+        };
+        let off = slot * SLOT;
+        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(msg);
+        let send = SendWr {
+            wr_id: wr_id(K_SEND, None, slot),
+            op: SendOp::Send,
+            local: Some((&self.send_mr, off, RESPONSE_LEN)),
+            signaled: true,
+        };
+        if let Err(e) = self.id.post_send(&[send]) {
+            self.send_free.push(slot);
+            self.broken
+                .get_or_insert(format!("cannot post a hostile extra message: {e}"));
+            return false;
+        }
+        true
     }
 
     /// Posts the response (after the RDMA Write of `data_buf`, for reads).
@@ -494,37 +601,104 @@ impl Conn {
             return;
         };
         let resp = t.response(req, status, crc);
-        let off = slot * SLOT;
-        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(&resp.to_bytes());
         let invalidate = req.buf.rkey != 0 && !t.limits.no_invalidate;
-        let op = if invalidate {
+        let hostile = self.chooser.pick(
+            &t.limits.hostile,
+            &Candidate {
+                tcp: false,
+                opcode: req.opcode,
+                ok: status == Status::Ok,
+                invalidates: invalidate,
+                spare_send: self.resp_credits.available() > 0 && !self.send_free.is_empty(),
+            },
+        );
+        if let Some(k) = hostile {
+            t.count_hostile(k);
+        }
+        if hostile == Some(Kind::UnknownTag) {
+            self.post_extra(&hostile::unknown_tag(&resp).to_bytes());
+            if self.broken.is_some() {
+                self.send_free.push(slot);
+                if let Some(b) = data_buf {
+                    self.data_free.push(b);
+                }
+                return;
+            }
+        }
+        let mut msg = resp.to_bytes();
+        let mut len = RESPONSE_LEN;
+        let mut op = if invalidate {
             SendOp::SendInv { rkey: req.buf.rkey }
         } else {
             SendOp::Send
         };
+        match hostile {
+            // The response still names the request's rkey, so the client can see that the
+            // invalidated one differs.
+            Some(Kind::WrongRkey) => {
+                op = SendOp::SendInv {
+                    rkey: req.buf.rkey ^ hostile::WRONG_RKEY_XOR,
+                }
+            }
+            Some(Kind::NoInvalidate) => op = SendOp::Send,
+            Some(Kind::BadStatus) => msg = hostile::bad_status(&resp),
+            Some(Kind::LongLength) => msg = hostile::long_length(&resp).to_bytes(),
+            Some(Kind::CreditOverflow) => msg = hostile::credit_overflow(&resp).to_bytes(),
+            Some(Kind::Truncated) => len = hostile::TRUNCATED_LEN,
+            // Random bytes name no request and no rkey: nothing to invalidate.
+            Some(Kind::Garbage) => {
+                msg = hostile::garbage_response(&mut self.rng);
+                op = SendOp::Send;
+            }
+            _ => {}
+        }
+        let invalidated = matches!(op, SendOp::SendInv { .. });
+        // The late write reads the data buffer after the Send has completed, so it, not the
+        // Send, gives the buffer back.
+        let late = match (hostile, data_buf) {
+            (Some(Kind::LateWrite), Some(b)) => Some(b),
+            _ => None,
+        };
+        let off = slot * SLOT;
+        self.send_mr[off..off + len].copy_from_slice(&msg[..len]);
         let send = SendWr {
-            wr_id: wr_id(K_SEND, data_buf, slot),
+            wr_id: wr_id(K_SEND, if late.is_some() { None } else { data_buf }, slot),
             op,
-            local: Some((&self.send_mr, off, RESPONSE_LEN)),
+            local: Some((&self.send_mr, off, len)),
             signaled: true,
         };
         let n = req.length as usize;
-        let r = match data_buf {
-            Some(b) => {
-                let write = SendWr {
-                    wr_id: 0,
-                    op: SendOp::RdmaWrite {
-                        remote_addr: req.buf.addr,
-                        rkey: req.buf.rkey,
-                    },
-                    local: Some((&self.data_mr, b * self.max_io, n)),
-                    signaled: false,
-                };
-                self.id.post_send(&[write, send])
-            }
-            None => self.id.post_send(&[send]),
-        };
-        if let Err(e) = r {
+        let mut wrs = Vec::with_capacity(3);
+        if let Some(b) = data_buf {
+            wrs.push(SendWr {
+                wr_id: 0,
+                op: SendOp::RdmaWrite {
+                    remote_addr: req.buf.addr,
+                    rkey: req.buf.rkey,
+                },
+                local: Some((&self.data_mr, b * self.max_io, n)),
+                signaled: false,
+            });
+        }
+        wrs.push(send);
+        if let Some(b) = late {
+            // The same bytes again, to the same place: if the client's HCA wrongly lets it in,
+            // it rewrites data the client already has rather than corrupting it.
+            wrs.push(SendWr {
+                wr_id: wr_id(K_LATE, Some(b), 0),
+                op: SendOp::RdmaWrite {
+                    remote_addr: req.buf.addr,
+                    rkey: req.buf.rkey,
+                },
+                local: Some((
+                    &self.data_mr,
+                    b * self.max_io,
+                    hostile::LATE_WRITE_LEN.min(n),
+                )),
+                signaled: true,
+            });
+        }
+        if let Err(e) = self.id.post_send(&wrs) {
             self.send_free.push(slot);
             if let Some(b) = data_buf {
                 self.data_free.push(b);
@@ -537,10 +711,16 @@ impl Conn {
             Stats::inc(&t.stats.rdma_writes);
             Stats::add(&t.stats.rdma_write_bytes, n as u64);
         }
-        Stats::inc(if invalidate {
+        if late.is_some() {
+            self.late_rkeys.push_back(req.buf.rkey);
+        }
+        Stats::inc(if invalidated {
             &t.stats.send_with_inv
         } else {
             &t.stats.plain_sends
         });
+        if hostile == Some(Kind::DupResponse) {
+            self.post_extra(&hostile::duplicate(&resp).to_bytes());
+        }
     }
 }

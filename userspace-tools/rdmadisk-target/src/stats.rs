@@ -5,6 +5,8 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::hostile::Kind;
+
 macro_rules! counters {
     ($($(#[$m:meta])* $name:ident,)*) => {
         /// Every counter of the target. All are monotonic except `connections_active`.
@@ -68,6 +70,35 @@ counters! {
     injected_write_crc_failures,
     /// Times a response had to wait for a client credit.
     credit_waits,
+    /// Hellos refused Stale: their epoch, or their session, has been superseded (fencing).
+    stale_hellos,
+    /// Modifying requests of a superseded connection, not applied and answered Fenced.
+    fenced_requests,
+    /// Times a connection's first request moved its (address, export) fence to a newer
+    /// session or epoch.
+    fence_moves,
+    /// Hellos refused Busy because the fence table was full.
+    fence_table_full,
+    /// Hostile acts (--hostile), all kinds; one counter per kind follows.
+    hostile_acts,
+    hostile_unknown_tag,
+    hostile_dup_response,
+    hostile_wrong_rkey,
+    hostile_no_invalidate,
+    hostile_bad_status,
+    hostile_long_length,
+    hostile_truncated,
+    hostile_garbage,
+    hostile_credit_overflow,
+    hostile_late_write,
+    /// late_write RDMA Writes refused by the client's HCA, as they must be (the connection is
+    /// then reset and counted in hostile_resets, not in rdma_errors or resets).
+    late_write_rejected,
+    /// late_write RDMA Writes that completed: the client left an answered request's memory
+    /// reachable, a client bug.
+    late_write_succeeded,
+    /// Connections reset because a hostile act broke them on purpose (a refused late_write).
+    hostile_resets,
 }
 
 impl Stats {
@@ -81,10 +112,44 @@ impl Stats {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The per-kind counter of a hostile act.
+    pub fn hostile(&self, k: Kind) -> &AtomicU64 {
+        match k {
+            Kind::UnknownTag => &self.hostile_unknown_tag,
+            Kind::DupResponse => &self.hostile_dup_response,
+            Kind::WrongRkey => &self.hostile_wrong_rkey,
+            Kind::NoInvalidate => &self.hostile_no_invalidate,
+            Kind::BadStatus => &self.hostile_bad_status,
+            Kind::LongLength => &self.hostile_long_length,
+            Kind::Truncated => &self.hostile_truncated,
+            Kind::Garbage => &self.hostile_garbage,
+            Kind::CreditOverflow => &self.hostile_credit_overflow,
+            Kind::LateWrite => &self.hostile_late_write,
+        }
+    }
+
     /// Rewrites `path` atomically (write to a temp file, rename).
     pub fn write_file(&self, path: &Path) -> io::Result<()> {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, self.render())?;
         std::fs::rename(&tmp, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hostile_kind_has_its_own_counter() {
+        let s = Stats::default();
+        for (i, k) in Kind::ALL.into_iter().enumerate() {
+            Stats::add(s.hostile(k), i as u64 + 1);
+        }
+        let text = s.render();
+        for (i, k) in Kind::ALL.into_iter().enumerate() {
+            let line = format!("hostile_{}={}", k.name(), i + 1);
+            assert!(text.lines().any(|l| l == line), "{line} in {text}");
+        }
     }
 }

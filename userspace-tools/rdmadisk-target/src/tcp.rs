@@ -1,6 +1,6 @@
 //! The TCP transport: one thread per connection, frames as in `rdmadisk_net::framing`.
 
-use std::io;
+use std::io::{self, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread;
@@ -8,9 +8,12 @@ use std::time::Duration;
 
 use rdmadisk_net::buf::AlignedBuf;
 use rdmadisk_net::framing::{self, Frame, FrameError};
-use rdmadisk_proto::wire::{HelloReply, HelloStatus, Opcode, Status};
+use rdmadisk_proto::wire::{
+    FrameHeader, FrameKind, HelloReply, HelloStatus, Opcode, Response, Status, RESPONSE_LEN,
+};
 
 use crate::engine::{ConnGuard, Target};
+use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
 use crate::stats::Stats;
 
 /// How often blocked threads look at the shutdown flag.
@@ -82,17 +85,18 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
             Err(FrameError::Io(_)) => return,
         }
     };
-    let export = match t.attach(Some(peer.ip()), &hello) {
-        Ok(e) => e,
+    let (export, fence) = match t.attach(Some(peer), &hello) {
+        Ok(a) => (a.export, a.fence),
         Err(st) => {
             Stats::inc(&t.stats.refused);
-            if st == HelloStatus::NotAllowed {
-                eprintln!("rdmadisk-target: tcp: refused connection from {peer}: address not on the allow-list");
-            } else {
-                eprintln!(
+            match st {
+                HelloStatus::NotAllowed => eprintln!("rdmadisk-target: tcp: refused connection from {peer}: address not on the allow-list"),
+                // Logged in detail by attach.
+                HelloStatus::Stale => {}
+                _ => eprintln!(
                     "rdmadisk-target: tcp: refused connection from {peer} for export {:?}: {st:?}",
                     hello.export.as_str()
-                );
+                ),
             }
             let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(st));
             return;
@@ -102,12 +106,14 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
         return;
     }
     eprintln!(
-        "rdmadisk-target: tcp: {peer} attached to export {} (queue {}/{})",
-        export.name, hello.queue_id, hello.queue_count
+        "rdmadisk-target: tcp: {peer} attached to export {} (queue {}/{}, session {} epoch {})",
+        export.name, hello.queue_id, hello.queue_count, hello.session_id, hello.epoch
     );
 
     let max_io = t.limits.max_io_bytes;
     let mut buf = AlignedBuf::new(max_io as usize);
+    let mut chooser = Chooser::default();
+    let mut rng = Rng::new(u64::from(peer.port()));
     loop {
         let frame = match framing::read_frame_or_idle(&mut s, DRAIN_MAX) {
             Ok(Some(f)) => f,
@@ -154,7 +160,8 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
                 break;
             }
         }
-        let (status, crc, out_len) = match t.admit(&export, &req) {
+        let admitted = t.admit(&export, &req);
+        let served = t.fenced(&fence, &req, || match admitted {
             Err(st) => (st, 0, 0),
             Ok(()) => match req.opcode {
                 Opcode::Read => {
@@ -165,10 +172,34 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
                 Opcode::Write => (t.write(&export, &req, &buf[..req.length as usize]), 0, 0),
                 _ => (t.no_data(&export, &req), 0, 0),
             },
-        };
+        });
+        let (status, crc, out_len) = served.unwrap_or_else(|st| (st, 0, 0));
         let resp = t.response(&req, status, crc);
-        if framing::write_response(&mut s, &resp, &buf[..out_len]).is_err() {
-            break;
+        let data = &buf[..out_len];
+        let hostile = chooser.pick(
+            &t.limits.hostile,
+            &Candidate {
+                tcp: true,
+                opcode: req.opcode,
+                ok: status == Status::Ok,
+                invalidates: false,
+                spare_send: true,
+            },
+        );
+        let sent = match hostile {
+            None => framing::write_response(&mut s, &resp, data).map(|()| true),
+            Some(k) => {
+                t.count_hostile(k);
+                send_hostile(&mut s, k, &resp, data, &mut rng)
+            }
+        };
+        match sent {
+            Ok(true) => {}
+            Ok(false) => {
+                eprintln!("rdmadisk-target: tcp {peer}: hostile truncated response sent; closing this connection");
+                break;
+            }
+            Err(_) => break,
         }
     }
     let _ = s.shutdown(std::net::Shutdown::Both);
@@ -182,4 +213,67 @@ fn drain(s: &mut TcpStream, mut n: u32) -> io::Result<()> {
         n -= k as u32;
     }
     Ok(())
+}
+
+/// Writes a Response frame of `msg` whose data is the concatenation of `data`.
+fn write_frame(s: &mut TcpStream, msg: &[u8; RESPONSE_LEN], data: &[&[u8]]) -> io::Result<()> {
+    let total: usize = data.iter().map(|d| d.len()).sum();
+    let hdr = FrameHeader {
+        kind: FrameKind::Response,
+        flags: 0,
+        data_len: u32::try_from(total)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data too long"))?,
+    };
+    let mut head = hdr.to_bytes().to_vec();
+    head.extend_from_slice(msg);
+    s.write_all(&head)?;
+    for d in data {
+        s.write_all(d)?;
+    }
+    s.flush()
+}
+
+/// Sends `resp` and its `data` made hostile by `k` (see the hostile module). `Ok(false)`: the
+/// act ended the stream, close the connection.
+fn send_hostile(
+    s: &mut TcpStream,
+    k: Kind,
+    resp: &Response,
+    data: &[u8],
+    rng: &mut Rng,
+) -> io::Result<bool> {
+    match k {
+        Kind::UnknownTag => {
+            framing::write_response(s, &hostile::unknown_tag(resp), &[])?;
+            framing::write_response(s, resp, data)?;
+        }
+        Kind::DupResponse => {
+            framing::write_response(s, resp, data)?;
+            framing::write_response(s, &hostile::duplicate(resp), data)?;
+        }
+        Kind::BadStatus => write_frame(s, &hostile::bad_status(resp), &[data])?,
+        Kind::LongLength => {
+            // Zeroes, never more of the export: the extra must not leak anything.
+            let extra = [0u8; hostile::LONG_EXTRA as usize];
+            write_frame(s, &hostile::long_length(resp).to_bytes(), &[data, &extra])?;
+        }
+        Kind::Truncated => {
+            s.write_all(&hostile::truncated_frame(resp, data.len() as u32))?;
+            s.flush()?;
+            let _ = s.shutdown(std::net::Shutdown::Both);
+            return Ok(false);
+        }
+        Kind::Garbage => {
+            s.write_all(&hostile::garbage_frame(rng))?;
+            s.flush()?;
+        }
+        Kind::CreditOverflow => {
+            framing::write_response(s, &hostile::credit_overflow(resp), data)?;
+        }
+        // Never chosen on TCP (Kind::fits); answered normally should that change.
+        Kind::WrongRkey | Kind::NoInvalidate | Kind::LateWrite => {
+            framing::write_response(s, resp, data)?;
+        }
+    }
+    Ok(true)
 }

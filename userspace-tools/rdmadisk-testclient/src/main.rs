@@ -99,8 +99,15 @@ struct Args {
     /// (run the target with --no-invalidate).
     #[arg(long)]
     mr_rkey: bool,
+    /// Hello session id. Default: this process's id, so each run is a new session to the
+    /// target's fence (0 would make it an unfenced probe).
+    #[arg(long)]
+    session_id: Option<u32>,
+    /// Hello epoch (connection set within the session).
+    #[arg(long, default_value_t = 1)]
+    epoch: u32,
     /// Expect the target to refuse the connection with this status; exit 0 only if it does.
-    #[arg(long, value_name = "STATUS", value_parser = ["not-allowed", "no-such-export", "busy", "invalid", "bad-version"])]
+    #[arg(long, value_name = "STATUS", value_parser = ["not-allowed", "no-such-export", "busy", "invalid", "bad-version", "stale"])]
     expect_refused: Option<String>,
     /// Print every request.
     #[arg(long, short)]
@@ -117,6 +124,9 @@ fn main() -> ExitCode {
         }
     };
     let timeout = Duration::from_secs(a.timeout_secs);
+    // Linux never hands out pid 0; max(1) keeps a default run from ever being an unfenced
+    // probe should that change.
+    let session_id = a.session_id.unwrap_or_else(|| std::process::id().max(1));
     let slots = a.queue_depth.max(1);
     let max_io = a.max_size as usize;
     println!(
@@ -129,6 +139,8 @@ fn main() -> ExitCode {
                 recv_credits: a.recv_credits,
                 bind: a.bind,
                 timeout,
+                session_id,
+                epoch: a.epoch,
                 ..ConnectOptions::new(&a.export)
             };
             let c = transport::Tcp::connect(addr, &opts, slots, max_io);
@@ -148,6 +160,8 @@ fn main() -> ExitCode {
                 recv_credits: a.recv_credits,
                 bind: a.bind,
                 timeout,
+                session_id,
+                epoch: a.epoch,
                 mr_rkey: a.mr_rkey,
             };
             let c = rdma_transport::Rdma::connect(addr, &opts);
@@ -175,6 +189,7 @@ fn refused_name(e: &ConnectError) -> Option<&'static str> {
         ConnectError::Refused(H::Busy) => Some("busy"),
         ConnectError::Refused(H::Invalid) => Some("invalid"),
         ConnectError::Refused(H::BadVersion) => Some("bad-version"),
+        ConnectError::Refused(H::Stale) => Some("stale"),
         _ => None,
     }
 }

@@ -47,6 +47,9 @@ pub struct RdmaOptions {
     pub recv_credits: u16,
     pub bind: Option<IpAddr>,
     pub timeout: Duration,
+    /// Hello.session_id and Hello.epoch.
+    pub session_id: u32,
+    pub epoch: u32,
     /// Diagnostic: expose the data MR's own rkey (MR registered with remote access) instead of
     /// binding memory windows; pair with a target run with `--no-invalidate`.
     pub mr_rkey: bool,
@@ -169,7 +172,8 @@ impl Rdma {
             queue_id: 0,
             queue_count: 1,
             recv_credits: receiver.take_grant(),
-            session_id: std::process::id() as u64,
+            session_id: o.session_id,
+            epoch: o.epoch,
             export,
         };
         id.connect(&ConnParams {

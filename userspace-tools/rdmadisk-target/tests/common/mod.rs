@@ -1,0 +1,186 @@
+//! The real target binary on temp files, for the integration tests that also need its log.
+
+#![allow(dead_code)] // each test file uses its own part of this
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rdmadisk_net::client::{ConnectError, ConnectOptions, TcpClient};
+use rdmadisk_proto::wire::{HelloStatus, Opcode, Status};
+
+pub const MIB: usize = 1 << 20;
+
+pub struct Target {
+    child: Child,
+    pub addr: SocketAddr,
+    stats: PathBuf,
+    /// stdout and stderr, line by line.
+    lines: mpsc::Receiver<String>,
+    /// Every line seen so far.
+    seen: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+fn forward(out: impl Read + Send + 'static, tx: mpsc::Sender<String>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+impl Target {
+    /// Starts the target with a 16 MiB read-write export `rw`, TCP only on 127.0.0.1.
+    pub fn start(extra: &[&str]) -> Target {
+        let dir = tempfile::tempdir().unwrap();
+        let rw = dir.path().join("rw.img");
+        std::fs::write(&rw, vec![0u8; 16 * MIB]).unwrap();
+        let stats = dir.path().join("stats");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rdmadisk-target"))
+            .args([
+                "--listen",
+                "127.0.0.1",
+                "--tcp-port",
+                "0",
+                "--no-rdma",
+                "--stats-file",
+            ])
+            .arg(&stats)
+            .arg("--export")
+            .arg(format!("rw={}", rw.display()))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        forward(child.stdout.take().unwrap(), tx.clone());
+        forward(child.stderr.take().unwrap(), tx);
+        let mut t = Target {
+            child,
+            addr: "0.0.0.0:0".parse().unwrap(),
+            stats,
+            lines: rx,
+            seen: Vec::new(),
+            _dir: dir,
+        };
+        let line = t.wait_line("rdmadisk-target: tcp listening on ");
+        t.addr = line
+            .strip_prefix("rdmadisk-target: tcp listening on ")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        t
+    }
+
+    /// Waits (up to 20 s) for a line containing `needle`, which may have been printed already.
+    pub fn wait_line(&mut self, needle: &str) -> String {
+        if let Some(l) = self.seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no line with {needle:?} in {:#?}", self.seen));
+            self.seen.push(line.clone());
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    pub fn connect_with(&self, opts: &ConnectOptions) -> TcpClient {
+        TcpClient::connect(self.addr, opts).unwrap()
+    }
+
+    pub fn connect(&self) -> TcpClient {
+        self.connect_with(&ConnectOptions::new("rw"))
+    }
+
+    /// The status a Hello with `opts` is refused with (panics if it is accepted).
+    pub fn refusal(&self, opts: &ConnectOptions) -> HelloStatus {
+        match TcpClient::connect(self.addr, opts) {
+            Err(ConnectError::Refused(st)) => st,
+            Ok(_) => panic!("hello accepted: {opts:?}"),
+            Err(e) => panic!("connect failed: {e}"),
+        }
+    }
+
+    pub fn counter(&self, name: &str) -> u64 {
+        // The file is rewritten every second; poke with SIGUSR1 for a fresh copy.
+        let ok = Command::new("kill")
+            .arg("-USR1")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        std::thread::sleep(Duration::from_millis(300));
+        read_counter(&self.stats, name)
+    }
+
+    /// A counter from the file as last written (after [`Target::counter`]).
+    pub fn counter_now(&self, name: &str) -> u64 {
+        read_counter(&self.stats, name)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn read_counter(path: &Path, name: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no counter {name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+pub fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2654435761) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn write(c: &mut TcpClient, tag: u32, sector: u64, data: &[u8]) -> Status {
+    let req = TcpClient::request(Opcode::Write, tag, sector, data.len() as u32, data);
+    let (resp, n) = c.call(&req, data, &mut [0u8; 16]).unwrap();
+    assert_eq!((resp.tag, n), (tag, 0));
+    resp.status
+}
+
+pub fn read(c: &mut TcpClient, tag: u32, sector: u64, len: usize) -> (Status, Vec<u8>) {
+    let req = TcpClient::request(Opcode::Read, tag, sector, len as u32, &[]);
+    let mut buf = vec![0u8; len];
+    let (resp, n) = c.call(&req, &[], &mut buf).unwrap();
+    assert_eq!(resp.tag, tag);
+    buf.truncate(n);
+    (resp.status, buf)
+}
+
+pub fn simple(c: &mut TcpClient, op: Opcode, tag: u32, sector: u64, len: u32) -> Status {
+    let req = TcpClient::request(op, tag, sector, len, &[]);
+    let (resp, _) = c.call(&req, &[], &mut [0u8; 16]).unwrap();
+    assert_eq!(resp.tag, tag);
+    resp.status
+}
