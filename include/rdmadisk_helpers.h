@@ -72,4 +72,8 @@ struct kobject *rdmadisk_disk_kobj(struct gendisk *disk);
 unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms);
 unsigned int rdmadisk_disk_openers(struct gendisk *disk);
 
+/* Reclaim-safe scopes (rust/work.rs). */
+unsigned int rdmadisk_memalloc_noio_save(void);
+void rdmadisk_memalloc_noio_restore(unsigned int flags);
+
 #endif /* RDMADISK_HELPERS_H */

@@ -3,6 +3,7 @@
 #include <linux/bio.h>
 #include <linux/blk-mq.h>
 #include <linux/blkdev.h>
+#include <linux/debugfs.h>
 #include <linux/device.h>
 #include <linux/device/class.h>
 #include <linux/sysfs.h>
@@ -12,6 +13,7 @@
 #include <linux/net.h>
 #include <linux/socket.h>
 #include <linux/tcp.h>
+#include <linux/workqueue.h>
 #include <linux/scatterlist.h>
 #include <net/net_namespace.h>
 #include <net/sock.h>

@@ -5,6 +5,7 @@
 #include <linux/device.h>
 #include <linux/highmem.h>
 #include <linux/jiffies.h>
+#include <linux/sched/mm.h>
 #include <linux/spinlock.h>
 #include <rdma/ib_verbs.h>
 #include "rdmadisk_helpers.h"
@@ -173,4 +174,14 @@ void rdmadisk_write_lock_bh(rwlock_t *lock)
 void rdmadisk_write_unlock_bh(rwlock_t *lock)
 {
 	write_unlock_bh(lock);
+}
+
+unsigned int rdmadisk_memalloc_noio_save(void)
+{
+	return memalloc_noio_save();
+}
+
+void rdmadisk_memalloc_noio_restore(unsigned int flags)
+{
+	memalloc_noio_restore(flags);
 }

@@ -16,6 +16,7 @@ use core::{
 use kernel::{ffi, prelude::*, str::CStr, types::ForeignOwnable, types::Opaque};
 
 use super::bindings as b;
+use super::verbs::DeviceId;
 
 /// An RDMA device, borrowed for the duration of a callback.
 pub(crate) struct Device {
@@ -23,6 +24,11 @@ pub(crate) struct Device {
 }
 
 impl Device {
+    /// Which device this is (see [`DeviceId`]).
+    pub(crate) fn id(&self) -> DeviceId {
+        DeviceId(self.ptr.as_ptr() as usize)
+    }
+
     /// The device's name, e.g. `rxe0`.
     pub(crate) fn name(&self) -> &CStr {
         // SAFETY: `ptr` is a live, registered `ib_device` for the lifetime of `&self` (see

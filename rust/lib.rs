@@ -9,8 +9,11 @@
 
 mod bindings;
 pub(crate) mod blk_mq;
+pub(crate) mod debugfs;
+pub(crate) mod delay;
 pub(crate) mod frwr;
 pub(crate) mod ib_client;
+pub(crate) mod random;
 pub(crate) mod rdma_cm;
 pub(crate) mod socket;
 pub(crate) mod sysfs;

@@ -17,7 +17,8 @@ use core::ptr::{self, NonNull};
 use kernel::{ffi, prelude::*, sync::Arc};
 
 use super::bindings as b;
-use super::frwr::MrPool;
+use super::blk_mq::Rq;
+use super::frwr::{MrEvent, MrPool};
 use super::verbs::{Cq, DeviceRef, Msg, MsgDir, MsgOwner, Pd};
 
 /// Largest private data rdma_cm carries (an IB CM REP: 196 bytes; a REQ carries 56).
@@ -114,12 +115,19 @@ impl CmEvent {
     }
 }
 
-/// Receives the events of one [`CmId`].
+/// Receives the events of one [`CmId`], and the completions of its MRs' own work requests.
 pub(crate) trait CmHandler: Send + Sync + 'static {
+    /// The per-request data of the block requests registered on the id's MRs.
+    type Pdu: Send + Sync + 'static;
+
     /// Called in process context, one event at a time per id. May sleep briefly (take a
     /// mutex, allocate), but must not wait for the owner's actions on this id (destroying or
     /// connecting it), which wait for the handler.
     fn event(&self, ev: CmEvent);
+
+    /// A LOCAL_INV or a failed REG_MR of one of the QP's MRs completed. Runs in the CQ's
+    /// polling context, like any completion handler.
+    fn mr_event(&self, _ev: MrEvent) {}
 }
 
 /// Sizes of a QP.
@@ -148,10 +156,10 @@ pub(crate) struct ConnParams {
     pub(crate) rnr_retry_count: u8,
 }
 
-pub(super) struct QpRes {
+pub(super) struct QpRes<H: CmHandler> {
     qp: NonNull<b::ib_qp>,
     // Deregistered after the QP is destroyed (see `Drop`), so never under a registration.
-    pub(super) mrs: Option<MrPool>,
+    pub(super) mrs: Option<MrPool<H>>,
     // Dropped after the QP is destroyed (see `Drop`).
     cq: Arc<Cq>,
     _pd: Arc<Pd>,
@@ -161,8 +169,9 @@ pub(super) struct QpRes {
 /// hardware RoCE devices live), with its QP once created.
 pub(crate) struct CmId<H: CmHandler> {
     id: NonNull<b::rdma_cm_id>,
-    qp: Option<QpRes>,
-    // The id's context points here; kept alive until the id is destroyed.
+    qp: Option<QpRes<H>>,
+    // The id's context points here, and so do the MR slots'; kept alive until the id (and so
+    // its QP) is destroyed.
     _handler: Arc<H>,
 }
 
@@ -259,12 +268,16 @@ impl<H: CmHandler> CmId<H> {
         attr.sq_sig_type = b::ib_sig_type_IB_SIGNAL_REQ_WR;
         attr.event_handler = Some(qp_event);
         attr.qp_type = b::ib_qp_type_IB_QPT_RC;
-        // SAFETY: `id` is live and bound to the device of `pd` and `cq` (the CM checks and
-        // fails with EINVAL otherwise); `attr` is read during the call only.
+        let handler: *const H = &*self._handler;
         let mrs = match caps.mrs {
             0 => None,
-            n => Some(MrPool::new(pd, n, caps.mr_pages)?),
+            n => Some(MrPool::new(pd, n, caps.mr_pages, handler)?),
         };
+        // SAFETY: `id` is live, and bound to a device by address resolution (the owner calls
+        // this after `AddrResolved`, as documented); `pd` and `cq` are live objects of that
+        // device, which we hold references on for the QP's life (`QpRes`); the CM checks that
+        // they belong to the id's device and fails with EINVAL otherwise. `attr` is read during
+        // the call only.
         let ret = unsafe { b::rdma_create_qp(self.id.as_ptr(), pd.as_ptr(), &mut attr) };
         kernel::error::to_result(ret)?;
         // SAFETY: `rdma_create_qp` succeeded, so `id->qp` is set and stays until
@@ -315,8 +328,53 @@ impl<H: CmHandler> CmId<H> {
         let _ = unsafe { b::rdma_disconnect(self.id.as_ptr()) };
     }
 
-    pub(super) fn qp_res(&self) -> Result<&QpRes> {
+    pub(super) fn qp_res(&self) -> Result<&QpRes<H>> {
         self.qp.as_ref().ok_or(EINVAL)
+    }
+
+    pub(super) fn qp_res_mut(&mut self) -> Result<&mut QpRes<H>> {
+        self.qp.as_mut().ok_or(EINVAL)
+    }
+
+    /// Moves the QP to the error state (`ib_modify_qp` to `IB_QPS_ERR`), as a fatal error
+    /// would: every posted work request flushes. For fault injection.
+    pub(crate) fn force_error(&self) -> Result {
+        let qp = self.qp_ptr()?;
+        // SAFETY: All-zero is a valid `ib_qp_attr`; only the state is set and masked in.
+        let mut attr: b::ib_qp_attr = unsafe { core::mem::zeroed() };
+        attr.qp_state = b::ib_qp_state_IB_QPS_ERR;
+        // SAFETY: The QP is live; a transition to the error state is valid from every state.
+        let ret = unsafe { b::ib_modify_qp(qp, &mut attr, b::ib_qp_attr_mask_IB_QP_STATE as i32) };
+        kernel::error::to_result(ret)
+    }
+
+    /// Closes the connection: disconnects, moves the QP to the error state and drains it
+    /// (every posted work request has completed and its handler has run), destroys it, and
+    /// then hands every request still registered on its MRs to `each`: no rkey can reach
+    /// their pages any more. May sleep.
+    pub(crate) fn close(mut self, each: impl FnMut(Rq<H::Pdu>)) {
+        self.disconnect();
+        if let Some(mut mrs) = self.destroy_qp() {
+            mrs.release_all(each);
+        }
+        // `Drop` destroys the id.
+    }
+
+    /// Drains and destroys the QP, if there is one, and returns its MRs (registered requests
+    /// included), to release after.
+    fn destroy_qp(&mut self) -> Option<MrPool<H>> {
+        let res = self.qp.take()?;
+        // SAFETY: The QP is live. Draining moves it to the error state and waits until every
+        // posted work request has completed (flushed) and its handler has run, so every `Msg`
+        // has been handed back and no completion will touch an MR slot again. Our CQs are
+        // never `IB_POLL_DIRECT`, which draining requires.
+        unsafe { b::ib_drain_qp(res.qp.as_ptr()) };
+        // SAFETY: Nothing is posted any more; destroying the QP detaches it from the id. With
+        // the only QP of the PD gone, no remote access through any of its MRs can happen.
+        unsafe { b::rdma_destroy_qp(self.id.as_ptr()) };
+        let QpRes { mrs, cq, .. } = res;
+        drop(cq);
+        mrs
     }
 
     pub(super) fn qp_ptr(&self) -> Result<*mut b::ib_qp> {
@@ -376,17 +434,9 @@ impl<H: CmHandler> CmId<H> {
 
 impl<H: CmHandler> Drop for CmId<H> {
     fn drop(&mut self) {
-        if let Some(res) = self.qp.take() {
-            // SAFETY: The QP is live. Draining moves it to the error state and waits until
-            // every posted work request has completed (flushed) and its handler has run, so
-            // every `Msg` has been handed back. Our CQs are never `IB_POLL_DIRECT`, which
-            // draining requires.
-            unsafe { b::ib_drain_qp(res.qp.as_ptr()) };
-            // SAFETY: Nothing is posted any more; destroying the QP detaches it from the id.
-            unsafe { b::rdma_destroy_qp(self.id.as_ptr()) };
-            drop(res.mrs);
-            drop(res.cq);
-        }
+        // Requests still registered here fail (their tokens end them with an error and a
+        // warning): the owner should have closed the id with `close` to get them back.
+        drop(self.destroy_qp());
         // SAFETY: The id is ours. `rdma_destroy_id` waits for a running handler and
         // delivers no events afterwards, so `_handler` may go after it.
         unsafe { b::rdma_destroy_id(self.id.as_ptr()) };

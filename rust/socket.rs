@@ -11,6 +11,8 @@
 //! Sends copy the data into the socket (`kernel_sendmsg` with a `kvec`): the transport completes
 //! a write once the target answers, and a retransmission after that must not read pages the
 //! block layer has already handed back.
+//!
+//! Sockets are reclaim-safe (GFP_NOIO, `sk_set_memalloc`) and close abortively.
 
 use core::{
     ffi::c_void,
@@ -84,12 +86,19 @@ impl<T: SockEvents> TcpSocket<T> {
         let sk = s.sk();
         // SAFETY: `sk` is the new socket's `struct sock`, not yet shared with anyone. A block
         // driver's socket must not recurse into I/O to allocate (GFP_NOIO), nor use the
-        // current task's page fragment, which belongs to whichever task we run in
-        // (nvme-tcp does the same).
+        // current task's page fragment, which belongs to whichever task we run in (nvme-tcp
+        // does the same). It may dip into the emergency reserves, since writeback to the disk
+        // it carries is what frees memory (as nbd does; undone in `drop`). It closes
+        // abortively (linger 0: a reset, no FIN after queued data): once the driver gives a
+        // connection up and reissues its requests elsewhere, nothing still queued on it should
+        // reach the target (docs/design.md, the fencing rule, is what guarantees it; this only
+        // narrows the window).
         unsafe {
             (*sk).sk_allocation = b::RDMADISK_GFP_NOIO;
             (*sk).sk_use_task_frag = false;
             b::tcp_sock_set_nodelay(sk);
+            b::sk_set_memalloc(sk);
+            b::sock_no_linger(sk);
         }
         s.set_timeout_ms(timeout_ms);
         let sin = b::sockaddr_in {
@@ -260,6 +269,9 @@ impl<T: SockEvents> Drop for TcpSocket<T> {
     fn drop(&mut self) {
         self.shutdown();
         self.unhook();
+        // SAFETY: Set in `connect` on every socket that got this far; clearing balances the
+        // global count of memalloc sockets, which the socket's own destruction does not.
+        unsafe { b::sk_clear_memalloc(self.sk()) };
         // SAFETY: We own the socket and nothing else refers to it any more.
         unsafe { b::sock_release(self.sock.as_ptr()) };
     }

@@ -172,10 +172,21 @@ unsafe extern "C" fn store_callback<T: Send + Sync + 'static>(
     let Some(store) = attr.store else {
         return EIO.to_errno() as isize;
     };
-    match store(data, input) {
+    // A store may create things the module must tear down at unload (a disk, from
+    // `map_device`). Holding a module reference makes an unload refuse ("in use") while a
+    // store runs, and a store fail (ENODEV) once the unload has begun.
+    // SAFETY: `__this_module` is this module, live while its code runs.
+    if !unsafe { b::try_module_get(ptr::addr_of_mut!(b::__this_module)) } {
+        return ENODEV.to_errno() as isize;
+    }
+    let ret = match store(data, input) {
         Ok(()) => count as isize,
         Err(e) => e.to_errno() as isize,
-    }
+    };
+    // SAFETY: The reference taken above. Returning to sysfs after this is the usual pattern:
+    // the unload then removes this device, which waits for this callback to return.
+    unsafe { b::module_put(ptr::addr_of_mut!(b::__this_module)) };
+    ret
 }
 
 const MAX_ATTRS: usize = 16;

@@ -55,12 +55,72 @@ impl DeviceRef {
         self.ptr.as_ptr()
     }
 
+    /// Which device this is, to compare with another reference or an `ib_client` device.
+    pub(crate) fn id(&self) -> DeviceId {
+        DeviceId(self.ptr.as_ptr() as usize)
+    }
+
+    /// The limits a connection must respect on this device.
+    pub(crate) fn attrs(&self) -> DeviceAttrs {
+        // SAFETY: We hold a registration reference, so the device is live; `attrs` and
+        // `num_comp_vectors` are set before the device is registered and never change after.
+        unsafe {
+            let d = self.ptr.as_ptr();
+            let a = &(*d).attrs;
+            DeviceAttrs {
+                max_qp_wr: a.max_qp_wr.max(0) as u32,
+                max_cqe: a.max_cqe.max(0) as u32,
+                max_qp_rd_atom: a.max_qp_rd_atom.max(0) as u32,
+                max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
+                max_fast_reg_page_list_len: a.max_fast_reg_page_list_len,
+                num_comp_vectors: (*d).num_comp_vectors.max(0) as u32,
+            }
+        }
+    }
+
     /// The device's name, e.g. `rxe0`.
     pub(crate) fn name(&self) -> &CStr {
         // SAFETY: We hold a registration reference, so the device and its name (a
         // NUL-terminated string owned by the device) live as long as `self`.
         unsafe { CStr::from_char_ptr(b::rdmadisk_ib_device_name(self.ptr.as_ptr())) }
     }
+}
+
+/// The identity of an RDMA device (its address), comparable without a reference on it. Two
+/// devices alive at once never share one; a name may be reused by a later device.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct DeviceId(pub(super) usize);
+
+impl DeviceId {
+    /// No device.
+    pub(crate) const NONE: DeviceId = DeviceId(0);
+
+    /// The identity as a number, to keep in an atomic.
+    pub(crate) fn to_bits(self) -> usize {
+        self.0
+    }
+
+    /// An identity kept with [`DeviceId::to_bits`].
+    pub(crate) fn from_bits(v: usize) -> Self {
+        DeviceId(v)
+    }
+}
+
+/// A device's limits (`struct ib_device_attr`) that a connection's sizes must respect.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceAttrs {
+    /// Work requests per send or receive queue.
+    pub(crate) max_qp_wr: u32,
+    /// Entries per completion queue.
+    pub(crate) max_cqe: u32,
+    /// RDMA Reads a QP may have outstanding as the responder (`responder_resources`).
+    pub(crate) max_qp_rd_atom: u32,
+    /// RDMA Reads a QP may have outstanding as the initiator (`initiator_depth`).
+    pub(crate) max_qp_init_rd_atom: u32,
+    /// Pages one fast-registration MR maps.
+    pub(crate) max_fast_reg_page_list_len: u32,
+    /// Completion vectors (interrupts) the device has.
+    pub(crate) num_comp_vectors: u32,
 }
 
 impl Clone for DeviceRef {
@@ -213,20 +273,21 @@ impl Drop for Cq {
     }
 }
 
-/// What a work completion reports.
+/// What a work completion reports. Only the IB core's completions make one (the fields are
+/// private), so a `Wc` is evidence of what the device did: [`super::frwr`] takes a receive
+/// completion's invalidated key as proof that a registration is dead.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Wc {
-    /// `IB_WC_*` status; 0 is success.
-    pub(crate) status: u32,
-    /// Driver-specific detail of an error status.
-    pub(crate) vendor_err: u32,
-    /// Bytes received (receive completions only).
-    pub(crate) byte_len: u32,
-    /// The rkey the peer invalidated with Send-with-Invalidate, if it did.
-    pub(crate) invalidated_rkey: Option<u32>,
+    status: u32,
+    vendor_err: u32,
+    byte_len: u32,
+    invalidated_rkey: Option<u32>,
 }
 
 impl Wc {
+    /// The status of a work request flushed because its QP went to the error state.
+    pub(crate) const FLUSH: u32 = b::ib_wc_status_IB_WC_WR_FLUSH_ERR;
+
     /// True for a successful completion.
     pub(crate) fn is_ok(&self) -> bool {
         self.status == b::ib_wc_status_IB_WC_SUCCESS
@@ -235,7 +296,27 @@ impl Wc {
     /// True when the work request was flushed because the QP went to the error state (a
     /// disconnect or drain), as opposed to failing on its own.
     pub(crate) fn is_flush(&self) -> bool {
-        self.status == b::ib_wc_status_IB_WC_WR_FLUSH_ERR
+        self.status == Self::FLUSH
+    }
+
+    /// `IB_WC_*` status; 0 is success.
+    pub(crate) fn status(&self) -> u32 {
+        self.status
+    }
+
+    /// Driver-specific detail of an error status.
+    pub(crate) fn vendor_err(&self) -> u32 {
+        self.vendor_err
+    }
+
+    /// Bytes received (receive completions only).
+    pub(crate) fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+
+    /// The rkey the peer invalidated with Send-with-Invalidate, if it did.
+    pub(crate) fn invalidated_rkey(&self) -> Option<u32> {
+        self.invalidated_rkey
     }
 
     /// A short name of the status, for logs.
@@ -257,7 +338,7 @@ impl Wc {
     /// # Safety
     ///
     /// `wc` must point to a valid work completion.
-    unsafe fn from_raw(wc: *const b::ib_wc) -> Self {
+    pub(super) unsafe fn from_raw(wc: *const b::ib_wc) -> Self {
         // SAFETY: The caller guarantees `wc` is valid; the union member `invalidate_rkey` is
         // the one the driver sets when `IB_WC_WITH_INVALIDATE` is set.
         unsafe {
@@ -373,17 +454,19 @@ impl<O: MsgOwner> Msg<O> {
         if msg.dir != want {
             return Err(msg);
         }
-        if msg.dir == MsgDir::Send {
-            // SAFETY: The mapping is live; the CPU is done writing the buffer.
-            unsafe {
-                b::rdmadisk_ib_dma_sync_single_for_device(
-                    msg.pd.device().as_ptr(),
-                    msg.sge.addr,
-                    msg.buf.len(),
-                    dma_dir(msg.dir),
-                )
-            };
-        }
+        // Both ways: a Send's bytes must reach the device; a Receive's buffer, which the CPU
+        // read after its last completion (synced for the CPU then), goes back to the device,
+        // and on a non-coherent platform its cache lines must not be written back over what
+        // the device writes next.
+        // SAFETY: The mapping is live; the CPU is done with the buffer until its completion.
+        unsafe {
+            b::rdmadisk_ib_dma_sync_single_for_device(
+                msg.pd.device().as_ptr(),
+                msg.sge.addr,
+                msg.buf.len(),
+                dma_dir(msg.dir),
+            )
+        };
         let cqe = ptr::addr_of_mut!(msg.cqe);
         let sge = ptr::addr_of_mut!(msg.sge);
         Ok((KBox::into_raw(msg), cqe, sge))
@@ -468,18 +551,14 @@ impl RemoteAccess {
 }
 
 /// A fast-registration memory region (`IB_MR_TYPE_MEM_REG`), re-registered per I/O with a
-/// fresh key.
-///
-/// The data path maps a request's scatterlist onto it (`ib_map_mr_sg`) and posts an
-/// `IB_WR_REG_MR` chained before the request's Send; the target's Send-with-Invalidate fences
-/// it again. Those two steps join this type when the block data path lands.
+/// fresh key by [`super::frwr`], which owns every use of it.
 pub(crate) struct FrMr {
     ptr: NonNull<b::ib_mr>,
     _pd: Arc<Pd>,
 }
 
-// SAFETY: An MR is used by one request at a time; its key is changed only by the holder of its
-// claim (rust/frwr.rs), and the rest by the IB core under its own rules.
+// SAFETY: An MR is used by one request at a time; its key is changed only through the `&mut`
+// slot that owns it (rust/frwr.rs), and the rest by the IB core under its own rules.
 unsafe impl Send for FrMr {}
 // SAFETY: `&FrMr` only reads, and the key only by the claim's holder (see `rkey`).
 unsafe impl Sync for FrMr {}
@@ -501,8 +580,8 @@ impl FrMr {
         self.ptr.as_ptr()
     }
 
-    /// The key the peer uses now. Only for the one who may change it (see rust/frwr.rs:
-    /// the holder of the MR's claim), so that the read never races an update.
+    /// The key the peer uses now. Only for the owner of the MR's slot (rust/frwr.rs), who is
+    /// the only one to change it, so the read never races an update.
     pub(super) fn rkey(&self) -> u32 {
         // SAFETY: Live MR; per the contract no one changes the key concurrently.
         unsafe { (*self.ptr.as_ptr()).rkey }

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What 6.12's `kernel::workqueue` lacks: waiting for a work item to finish.
+//! What 6.12's `kernel::workqueue` lacks: waiting for a work item to finish, a workqueue of
+//! the module's own that may run during memory reclaim, and the `memalloc_noio` scope.
 
-use kernel::workqueue::Work;
+use core::ptr::NonNull;
+use kernel::{prelude::*, str::CStr, workqueue::Queue, workqueue::Work};
 
 use super::bindings as b;
 
@@ -14,4 +16,78 @@ pub(crate) fn flush<T: ?Sized, const ID: u64>(work: &Work<T, ID>) {
     // `raw_get` only computes the address of its `work_struct`. Flushing has no other
     // requirement than not being called from the item itself, which the caller ensures.
     unsafe { b::flush_work(Work::raw_get(work).cast()) };
+}
+
+/// A workqueue of the module's own with `WQ_MEM_RECLAIM`: it keeps a rescuer thread, so the
+/// work that completes writeback to a disk (reconnecting it, moving its data over TCP) makes
+/// progress even when no new worker thread can be created under memory pressure (as nvme-tcp
+/// and nbd do). Destroyed (after running what is queued) when dropped.
+pub(crate) struct ReclaimQueue {
+    ptr: NonNull<b::workqueue_struct>,
+}
+
+// SAFETY: A workqueue is used through the workqueue API, which locks internally.
+unsafe impl Send for ReclaimQueue {}
+// SAFETY: See `Send`.
+unsafe impl Sync for ReclaimQueue {}
+
+impl ReclaimQueue {
+    /// Allocates an unbound `WQ_MEM_RECLAIM` queue named `name`.
+    pub(crate) fn new(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `"%s"` with a static NUL-terminated `name` is a valid format; 0 asks for the
+        // default concurrency.
+        let raw = unsafe {
+            b::alloc_workqueue(
+                c"%s".as_ptr().cast(),
+                b::wq_flags_WQ_MEM_RECLAIM | b::wq_flags_WQ_UNBOUND,
+                0,
+                name.as_char_ptr(),
+            )
+        };
+        NonNull::new(raw).map(|ptr| Self { ptr }).ok_or(ENOMEM)
+    }
+
+    /// The queue, to enqueue work items on.
+    pub(crate) fn queue(&self) -> &Queue {
+        // SAFETY: The pointer is a live workqueue until `self` is dropped, which outlives the
+        // returned borrow.
+        unsafe { Queue::from_raw(self.ptr.as_ptr().cast_const().cast()) }
+    }
+}
+
+impl Drop for ReclaimQueue {
+    fn drop(&mut self) {
+        // SAFETY: Ours; `destroy_workqueue` drains what is queued first. The owner drops it
+        // only when no work item of the module can be queued any more (at unload, after every
+        // disk is gone), and never from a work item on it.
+        unsafe { b::destroy_workqueue(self.ptr.as_ptr()) };
+    }
+}
+
+/// While it lives, allocations of the current task behave as `GFP_NOIO`
+/// (`memalloc_noio_save`/`_restore`): code that reconnects a disk must not recurse into I/O
+/// on that very disk to reclaim memory. Not `Send`: it belongs to the task that made it.
+pub(crate) struct NoIo {
+    flags: u32,
+    _not_send: core::marker::PhantomData<*mut ()>,
+}
+
+impl NoIo {
+    /// Enters the scope.
+    pub(crate) fn enter() -> Self {
+        // SAFETY: Only changes the current task's allocation flags; restored in `drop`.
+        let flags = unsafe { b::rdmadisk_memalloc_noio_save() };
+        Self {
+            flags,
+            _not_send: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for NoIo {
+    fn drop(&mut self) {
+        // SAFETY: Restores what `enter` saved, in the same task (the type is not `Send`), and
+        // scopes nest in order because each is a stack value.
+        unsafe { b::rdmadisk_memalloc_noio_restore(self.flags) };
+    }
 }

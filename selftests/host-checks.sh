@@ -19,8 +19,8 @@ step() { # step DESCRIPTION CMD...
 }
 kernel_rustfmt() {
   local kdir; kdir=$(selftests/kernel/build-kernel.sh 2>/dev/null) || return 1
-  /usr/bin/rustfmt --edition 2021 --config-path "$kdir/.rustfmt.toml" --check src/*.rs src/*/*.rs rust/*.rs 2>/dev/null ||
-    rustfmt --edition 2021 --config-path "$kdir/.rustfmt.toml" --check src/*.rs src/*/*.rs rust/*.rs
+  /usr/bin/rustfmt --edition 2021 --config-path "$kdir/.rustfmt.toml" --check src/*.rs src/*/*.rs rust/*.rs rust/*/*.rs 2>/dev/null ||
+    rustfmt --edition 2021 --config-path "$kdir/.rustfmt.toml" --check src/*.rs src/*/*.rs rust/*.rs rust/*/*.rs
 }
 echo "TAP version 13"
 step "rustfmt: module sources (src/, rust/)" kernel_rustfmt

@@ -1,69 +1,70 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One mapped disk: its blk-mq hooks and its connections, one per hardware queue, on RDMA
-//! ([`crate::rdma_queue`]) or TCP ([`crate::tcp_queue`]). The session work
-//! ([`session`]) keeps them connected and moves them between transports; the knobs under
-//! `/sys/block/rdmadiskN/rdmadisk/` are in [`knobs`].
+//! One mapped disk: its blk-mq hooks, its connection set (one connection per hardware queue,
+//! all on RDMA ([`crate::rdma_queue`]) or all on TCP ([`crate::tcp_queue`])), and where it
+//! stands ([`State`]).
 //!
-//! Recovery follows nvme-rdma's reset + reconnect: a failed queue (I/O timeout, CM event,
-//! failed completion, hostile response) makes the disk reconnect every connection, requeue
-//! the requests that were on them, and retry with exponential backoff. Requests wait
-//! (`BLK_STS_RESOURCE`) meanwhile and fail only once the loss timeout has passed.
+//! Only the session work ([`session`]) changes the connection set or the state, with two
+//! exceptions that must act at once and only ever take connections away: the removal of an
+//! RDMA device (its resources must be released before the removal returns), and unmapping.
+//! Connections report failures through [`QueueHost`]; the disk records them and wakes the
+//! session (docs/design.md, "Transports report, the session decides").
 
 mod knobs;
 mod session;
 
 pub(crate) use knobs::ATTRS;
 
-use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
-    bindings as kb, new_condvar, new_mutex, new_spinlock, new_work,
+    new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
-    sync::{Arc, CondVar, Mutex, SpinLock},
+    str::CStr,
+    sync::{Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLock},
     time::{msecs_to_jiffies, Ktime},
-    workqueue::{self, impl_has_work, Work, WorkItem},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
-use crate::kapi::blk_mq::{BlkStatus, Disk, Driver, HwQueue, Rq, RqRef, TimeoutAction};
-use crate::kapi::work;
-use crate::map::DiskTable;
-use crate::proto::credits::CreditSender;
+use crate::faults::Faults;
+use crate::host::{ConnId, DiskInfo, DiskRq, Knobs, Pdu, QueueHost};
+use crate::kapi::blk_mq::{BlkStatus, Disk, Driver, HwQueue, RqRef, TimeoutAction};
+use crate::kapi::debugfs;
+use crate::kapi::random;
+use crate::kapi::verbs::DeviceId;
+use crate::kapi::work::{self, ReclaimQueue};
 use crate::proto::options::DeviceName;
 use crate::proto::policy::{Policy, PolicyConfig, Transport};
 use crate::proto::wire::{ExportName, HelloReply};
 use crate::queue::Queue;
-use crate::rdma_conn::{errno, Peer};
+use crate::rdma_conn::Peer;
 use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
 
-/// A request of an rdmadisk.
-pub(crate) type DiskRq = Rq<DiskDev>;
-
 /// Default blk-mq request timeout.
 pub(crate) const DEFAULT_IO_TIMEOUT_MS: u32 = 30_000;
-/// Default time requests wait for a lost connection to come back before failing.
+/// Default time requests wait for a lost connection to come back before the disk fails.
 pub(crate) const DEFAULT_LOSS_TIMEOUT_S: u32 = 60;
 /// Default quiet time after which a connection is checked with a keepalive.
 pub(crate) const DEFAULT_KEEPALIVE_MS: u32 = 10_000;
-const BACKOFF_FIRST_MS: u32 = 100;
-const BACKOFF_MAX_MS: u32 = 5_000;
+/// `fast_io_fail_s` when off (the default).
+pub(crate) const FAST_IO_FAIL_OFF: u32 = u32::MAX;
 
-/// Per-request driver data.
-pub(crate) struct Pdu {
-    /// Reissues after a CRC mismatch so far.
-    pub(crate) crc_retries: AtomicU8,
+pub(crate) fn now_ms() -> i64 {
+    Ktime::ktime_get().to_ms()
 }
 
 /// Where a disk's connection stands.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum State {
     /// Mapping: connecting for the first time.
     Connecting,
     /// Connected; I/O flows.
     Live,
-    /// Reconnecting since `since_ms` (ktime, ms); requests wait until the loss timeout.
+    /// No usable connection since `since_ms` (ktime, ms); requests wait (until
+    /// `fast_io_fail_s`, if set) while the session reconnects, until `loss_timeout_s`.
     Reconnecting { since_ms: i64 },
-    /// The loss timeout passed: requests fail while reconnecting goes on.
+    /// The loss timeout passed, or mapping failed: every request fails, nothing reconnects.
+    /// Only unmapping is left.
     Failed,
     /// Being unmapped.
     Deleting { force: bool },
@@ -81,6 +82,11 @@ impl State {
     }
 }
 
+/// The table a disk is mapped in, as the disk sees it: the disk leaves it when unmapped.
+pub(crate) trait Registry: Send + Sync {
+    fn remove(&self, index: u32);
+}
+
 /// What a disk is, from its `map_device` line.
 pub(crate) struct DiskParams {
     pub(crate) index: u32,
@@ -93,32 +99,48 @@ pub(crate) struct DiskParams {
     pub(crate) nr_queues: u16,
 }
 
+/// The mapping's first connection set, as `map_device` needs it to add the block device.
+#[derive(Clone, Copy)]
+pub(crate) struct Attached {
+    /// The first queue's Hello reply.
+    pub(crate) reply: HelloReply,
+    /// Largest request every connection of the set can carry.
+    pub(crate) max_io_bytes: u32,
+}
+
+/// The connection set and the state, changed together.
+struct Ctrl {
+    state: State,
+    /// Epoch of the installed set (0: none yet). Failures of other sets are not this disk's
+    /// concern: the session checks a set it installs itself.
+    epoch: u32,
+    queues: KVec<Option<Queue>>,
+    /// `fast_io_fail_s` has passed in this outage: waiting requests fail.
+    fast_fail: bool,
+}
+
 /// A mapped disk.
 #[pin_data]
 pub(crate) struct DiskDev {
     pub(crate) index: u32,
-    name: DeviceName,
-    pub(crate) export: ExportName,
-    pub(crate) peer: Peer,
-    tcp_port: u16,
     pub(crate) read_only: bool,
-    pub(crate) nr_queues: u16,
-    pub(crate) stats: Stats,
-    io_timeout_ms: AtomicU32,
+    info: DiskInfo,
     loss_timeout_s: AtomicU32,
-    max_credits: AtomicU32,
-    keepalive_ms: AtomicU32,
-    table: Arc<DiskTable>,
+    fast_io_fail_s: AtomicU32,
+    registry: Arc<dyn Registry>,
     #[pin]
-    state: SpinLock<State>,
+    ctrl: SpinLock<Ctrl>,
     /// Which transport I/O should use, and when to switch.
     #[pin]
     policy: SpinLock<Policy>,
-    #[pin]
-    queues: SpinLock<KVec<Option<Queue>>>,
     /// The block device; taken out to delete it.
     #[pin]
     disk: Mutex<Option<Disk<DiskDev>>>,
+    /// The outcome of the first connection set, for the `map_device` writer.
+    #[pin]
+    attach: Mutex<Option<Result<Attached>>>,
+    #[pin]
+    attach_cv: CondVar,
     /// Set by events for the session work; a nap ends early when it is set.
     #[pin]
     kicked: SpinLock<bool>,
@@ -126,6 +148,9 @@ pub(crate) struct DiskDev {
     wake: CondVar,
     #[pin]
     work: Work<DiskDev>,
+    /// The fault switches' debugfs directory.
+    #[pin]
+    debugfs: Mutex<Option<debugfs::Dir<Faults>>>,
 }
 
 impl_has_work! {
@@ -140,39 +165,55 @@ impl WorkItem for DiskDev {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
-    Ktime::ktime_get().to_ms()
-}
-
 impl DiskDev {
-    pub(crate) fn new(p: DiskParams, table: Arc<DiskTable>) -> Result<Arc<Self>> {
+    pub(crate) fn new(
+        p: DiskParams,
+        registry: Arc<dyn Registry>,
+        wq: Arc<ReclaimQueue>,
+    ) -> Result<Arc<Self>> {
         let mut queues = KVec::with_capacity(p.nr_queues.into(), GFP_KERNEL)?;
         for _ in 0..p.nr_queues {
             queues.push(None, GFP_KERNEL)?;
         }
         let policy = Policy::new(PolicyConfig::default(), now_ms() as u64);
+        let faults = Arc::new(Faults::new(), GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 index: p.index,
-                name: p.name,
-                export: p.export,
-                peer: p.peer,
-                tcp_port: p.tcp_port,
                 read_only: p.read_only,
-                nr_queues: p.nr_queues,
-                stats: Stats::default(),
-                io_timeout_ms: AtomicU32::new(DEFAULT_IO_TIMEOUT_MS),
+                info: DiskInfo {
+                    name: p.name,
+                    export: p.export,
+                    peer: p.peer,
+                    tcp_port: p.tcp_port,
+                    nr_queues: p.nr_queues,
+                    // Never 0, which is a probe's.
+                    session_id: random::u32() | 1,
+                    max_io_bytes: AtomicU32::new(0),
+                    knobs: Knobs {
+                        io_timeout_ms: AtomicU32::new(DEFAULT_IO_TIMEOUT_MS),
+                        keepalive_ms: AtomicU32::new(DEFAULT_KEEPALIVE_MS),
+                        max_credits: AtomicU32::new(u32::from(QUEUE_DEPTH)),
+                    },
+                    stats: Stats::default(),
+                    faults,
+                    wq,
+                },
                 loss_timeout_s: AtomicU32::new(DEFAULT_LOSS_TIMEOUT_S),
-                max_credits: AtomicU32::new(u32::from(QUEUE_DEPTH)),
-                keepalive_ms: AtomicU32::new(DEFAULT_KEEPALIVE_MS),
-                table,
-                state <- new_spinlock!(State::Connecting, "rdmadisk::disk::state"),
+                fast_io_fail_s: AtomicU32::new(FAST_IO_FAIL_OFF),
+                registry,
+                ctrl <- new_spinlock!(
+                    Ctrl { state: State::Connecting, epoch: 0, queues, fast_fail: false },
+                    "rdmadisk::disk::ctrl"
+                ),
                 policy <- new_spinlock!(policy, "rdmadisk::disk::policy"),
-                queues <- new_spinlock!(queues, "rdmadisk::disk::queues"),
                 disk <- new_mutex!(None, "rdmadisk::disk::disk"),
+                attach <- new_mutex!(None, "rdmadisk::disk::attach"),
+                attach_cv <- new_condvar!("rdmadisk::disk::attach_cv"),
                 kicked <- new_spinlock!(false, "rdmadisk::disk::kicked"),
                 wake <- new_condvar!("rdmadisk::disk::wake"),
                 work <- new_work!("rdmadisk::disk::work"),
+                debugfs <- new_mutex!(None, "rdmadisk::disk::debugfs"),
             }),
             GFP_KERNEL,
         )
@@ -180,203 +221,90 @@ impl DiskDev {
 
     /// The mapping's name, for logs.
     pub(crate) fn name(&self) -> &str {
-        self.name.as_str()
+        self.info.name()
     }
 
-    /// The target's TCP endpoint.
-    pub(crate) fn tcp_peer(&self) -> Peer {
-        Peer {
-            addr: self.peer.addr,
-            port: self.tcp_port,
-        }
+    pub(crate) fn export(&self) -> ExportName {
+        self.info.export
     }
 
-    pub(crate) fn state(&self) -> State {
-        *self.state.lock()
+    pub(crate) fn peer(&self) -> Peer {
+        self.info.peer
     }
 
-    fn set_state(&self, s: State) {
-        let mut st = self.state.lock();
-        // Nothing leaves `Deleting`.
-        if !matches!(*st, State::Deleting { .. }) {
-            *st = s;
-        }
-    }
-
-    /// 0: off.
-    pub(crate) fn keepalive_ms(&self) -> u32 {
-        self.keepalive_ms.load(Ordering::Relaxed)
+    pub(crate) fn nr_queues(&self) -> u16 {
+        self.info.nr_queues
     }
 
     pub(crate) fn io_timeout_ms(&self) -> u32 {
-        self.io_timeout_ms.load(Ordering::Relaxed)
+        self.info.io_timeout_ms()
     }
 
-    /// Whether a queue may send one more request: the target granted a credit, and the
-    /// `max_credits` knob allows one more in flight.
-    pub(crate) fn credit_ok(&self, c: &CreditSender) -> bool {
-        c.available() > 0 && c.in_flight() < self.max_credits.load(Ordering::Relaxed)
-    }
-
-    /// Connects every queue on `t` (all or none); returns them with the first queue's Hello
-    /// reply.
-    fn connect_all(self: &Arc<Self>, t: Transport) -> Result<(KVec<Option<Queue>>, HelloReply)> {
-        let mut qs = KVec::with_capacity(self.nr_queues.into(), GFP_KERNEL)?;
-        let mut first = None;
-        for qid in 0..self.nr_queues {
-            match Queue::connect(self, qid, t) {
-                Ok((q, reply)) => {
-                    first.get_or_insert(reply);
-                    // Cannot fail: the capacity is there.
-                    let _ = qs.push(Some(q), GFP_KERNEL);
-                }
-                Err(e) => {
-                    for q in qs.iter().flatten() {
-                        q.shutdown(|rq| rq.end(BlkStatus::IoErr));
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok((qs, first.ok_or(EINVAL)?))
-    }
-
-    /// Connects every queue of a new mapping: on RDMA, or on TCP when RDMA cannot be had
-    /// (no device, no path) and the target is there. Returns the first queue's Hello reply.
-    pub(crate) fn connect_queues(self: &Arc<Self>) -> Result<HelloReply> {
-        let (qs, reply) = match self.connect_all(Transport::Rdma) {
-            Ok(r) => r,
-            // The target answered and said no; it would over TCP too.
-            Err(e) if e == errno(kb::ECONNREFUSED) => return Err(e),
-            Err(e) => {
-                pr_warn!("{}: no RDMA connection ({e:?}); trying TCP\n", self.name());
-                let r = self.connect_all(Transport::Tcp).map_err(|_| e)?;
-                // Probing from the start: RDMA may come (back) any time.
-                let cfg = self.policy.lock().config();
-                *self.policy.lock() = Policy::new_on_tcp(cfg, true, now_ms() as u64);
-                r
-            }
-        };
-        *self.queues.lock() = qs;
-        Ok(reply)
-    }
-
-    /// Puts `fresh` in place of the current connections, then tears those down, handing
-    /// their requests to `dispose`.
-    fn replace_queues(&self, fresh: KVec<Option<Queue>>, mut dispose: impl FnMut(DiskRq)) {
-        let old = core::mem::replace(&mut *self.queues.lock(), fresh);
-        for q in old.iter().flatten() {
-            q.shutdown(&mut dispose);
-        }
-    }
-
-    /// Tears down every connection, handing their requests to `dispose`.
-    fn shutdown_queues(&self, dispose: impl FnMut(DiskRq)) {
-        self.shutdown_queues_if(|_| true, dispose);
-    }
-
-    /// Tears down the connections `pick` chooses, each taken out of its slot first, handing
-    /// their requests to `dispose`.
-    fn shutdown_queues_if(&self, pick: impl Fn(&Queue) -> bool, mut dispose: impl FnMut(DiskRq)) {
-        for qid in 0..usize::from(self.nr_queues) {
-            let q = match self.queues.lock().get_mut(qid) {
-                Some(slot) if slot.as_ref().is_some_and(&pick) => slot.take(),
-                _ => None,
-            };
-            if let Some(q) = q {
-                q.shutdown(&mut dispose);
-            }
-        }
-    }
-
-    /// The transport every queue is connected on, if they all are and none has failed.
-    fn healthy_transport(&self) -> Option<Transport> {
-        let qs = self.queues.lock();
-        let mut t = None;
-        for q in qs.iter() {
-            let q = q.as_ref().filter(|q| !q.is_failed())?;
-            if t.is_some_and(|t| t != q.transport()) {
-                return None;
-            }
-            t = Some(q.transport());
-        }
-        t
-    }
-
-    /// The queues are up: I/O may flow (adding the disk reads its partition table).
-    pub(crate) fn go_live(self: &Arc<Self>) {
-        self.set_state(State::Live);
-        // A queue that failed while the disk was still connecting was not acted on then.
-        if self.healthy_transport().is_none() {
-            self.queue_failed(Transport::Rdma);
-        }
-    }
-
-    /// Keeps the block device, once added.
-    pub(crate) fn set_disk(&self, disk: Disk<DiskDev>) {
-        *self.disk.lock() = Some(disk);
-    }
-
-    /// Tears down the connections of a disk that never got its block device.
-    pub(crate) fn shutdown(&self) {
-        *self.state.lock() = State::Deleting { force: true };
-        self.shutdown_queues(|rq| rq.end(BlkStatus::IoErr));
+    pub(crate) fn state(&self) -> State {
+        self.ctrl.lock().state
     }
 
     pub(crate) fn state_name(&self) -> &'static str {
         self.state().name()
     }
 
-    /// Marks queue `qid`'s connection on `t` failed (`failed`, its flag), once: logs `why`
-    /// and starts the recovery. Any context.
-    pub(crate) fn connection_failed(
-        self: &Arc<Self>,
-        failed: &mut bool,
-        qid: u16,
-        t: Transport,
-        why: &str,
-    ) {
-        if !core::mem::replace(failed, true) {
-            pr_err!(
-                "{}: queue {qid} ({}): {why}; resetting the connection\n",
-                self.name(),
-                session::transport_name(t)
-            );
-            self.queue_failed(t);
+    /// The disk's largest request, once its block device limits are known: later
+    /// connections must carry it.
+    pub(crate) fn set_max_io_bytes(&self, n: u32) {
+        self.info.max_io_bytes.store(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn loss_timeout_s(&self) -> u32 {
+        self.loss_timeout_s.load(Ordering::Relaxed)
+    }
+
+    fn deleting(&self) -> bool {
+        matches!(self.state(), State::Deleting { .. })
+    }
+
+    /// Starts mapping: the session connects the first set (RDMA, or TCP when RDMA cannot be
+    /// had and the target answers there), and the debugfs directory appears under `dbg_root`.
+    /// [`DiskDev::wait_attached`] returns the outcome.
+    pub(crate) fn start(self: &Arc<Self>, name: &CStr, dbg_root: &debugfs::Dir<()>) {
+        *self.debugfs.lock() = Some(Faults::debugfs(&self.info.faults, name, dbg_root));
+        self.kick();
+    }
+
+    /// Waits for the first connection set; `EINTR` if the writer is interrupted (the caller
+    /// then unmaps the disk, which stops the session).
+    pub(crate) fn wait_attached(&self) -> Result<Attached> {
+        let mut g = self.attach.lock();
+        loop {
+            if let Some(r) = g.as_ref() {
+                return r.as_ref().map(|a| *a).map_err(|e| *e);
+            }
+            // Long enough for any set-up budget; the session bounds its own attempts.
+            match self
+                .attach_cv
+                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(5_000))
+            {
+                CondVarTimeoutResult::Signal { .. } => return Err(EINTR),
+                _ => continue,
+            }
         }
     }
 
-    /// A queue on `t` failed: the disk stops issuing until it is reconnected, and the
-    /// session work reconnects, or switches transport if the policy says so. Any context.
-    pub(crate) fn queue_failed(self: &Arc<Self>, t: Transport) {
-        let first = {
-            let mut st = self.state.lock();
-            match *st {
-                State::Deleting { .. } | State::Connecting => return,
-                State::Live => {
-                    *st = State::Reconnecting { since_ms: now_ms() };
-                    true
-                }
-                State::Reconnecting { .. } | State::Failed => false,
-            }
-        };
-        // One failure per incident, however many queues report it.
-        if first && t == Transport::Rdma {
-            let _ = self.policy.lock().on_rdma_failure(now_ms() as u64);
-        }
-        self.kick();
+    /// Keeps the block device, once added, and lets I/O that waited for it go.
+    pub(crate) fn set_disk(&self, disk: Disk<DiskDev>) {
+        *self.disk.lock() = Some(disk);
+        self.restart_io();
     }
 
     /// Has the session work look at the disk again: queues it, or ends its nap.
     pub(crate) fn kick(self: &Arc<Self>) {
-        let st = self.state.lock();
-        if matches!(*st, State::Deleting { .. }) {
+        let c = self.ctrl.lock();
+        if matches!(c.state, State::Deleting { .. }) {
             return;
         }
-        // Enqueued under the state lock, so `delete` (which sets `Deleting` under it, then
-        // flushes the work) never misses an item.
-        let _ = workqueue::system_long().enqueue(self.clone());
-        drop(st);
+        // Enqueued under the lock, so `delete` (which sets `Deleting` under it, then flushes
+        // the work) never misses an item.
+        let _ = self.info.wq.queue().enqueue(self.clone());
+        drop(c);
         self.wake_session();
     }
 
@@ -384,33 +312,6 @@ impl DiskDev {
     fn wake_session(&self) {
         *self.kicked.lock() = true;
         self.wake.notify_all();
-    }
-
-    fn requeue_or_fail(&self, rq: DiskRq, switch: bool) {
-        if matches!(self.state(), State::Deleting { force: true }) {
-            rq.end(BlkStatus::IoErr);
-        } else {
-            Stats::inc(&self.stats.requeued);
-            if switch {
-                Stats::inc(&self.stats.switch_requeued);
-            }
-            rq.requeue(true);
-        }
-    }
-
-    fn deleting(&self) -> bool {
-        matches!(self.state(), State::Deleting { .. })
-    }
-
-    /// Sleeps up to `ms`, less if kicked or the disk is being deleted. True if kicked.
-    fn nap(&self, ms: u32) -> bool {
-        let mut g = self.kicked.lock();
-        if !*g && !self.deleting() {
-            let _ = self
-                .wake
-                .wait_interruptible_timeout(&mut g, msecs_to_jiffies(ms));
-        }
-        core::mem::replace(&mut *g, false)
     }
 
     /// Lets I/O that waited for a connection go.
@@ -421,7 +322,126 @@ impl DiskDev {
         }
     }
 
-    /// Removes the disk. `force` fails its I/O; otherwise an open disk is `EBUSY`.
+    fn fail_rq(&self, rq: DiskRq) -> core::result::Result<(), (DiskRq, BlkStatus)> {
+        Stats::inc(&self.info.stats.io_errors);
+        Err((rq, BlkStatus::IoErr))
+    }
+
+    /// Hands a request taken off a connection back to blk-mq to be reissued, or fails it if
+    /// the disk is failing its I/O.
+    fn requeue_or_fail(&self, rq: DiskRq, switch: bool) {
+        let fail = {
+            let c = self.ctrl.lock();
+            matches!(c.state, State::Deleting { force: true } | State::Failed)
+        };
+        if fail {
+            Stats::inc(&self.info.stats.io_errors);
+            rq.end(BlkStatus::IoErr);
+        } else {
+            Stats::inc(&self.info.stats.requeued);
+            if switch {
+                Stats::inc(&self.info.stats.switch_requeued);
+            }
+            rq.requeue(true);
+        }
+    }
+
+    /// Takes every connection out of the set and tears it down, handing its requests to
+    /// `dispose`. May sleep.
+    fn teardown_all(&self, mut dispose: impl FnMut(DiskRq)) {
+        for qid in 0..usize::from(self.info.nr_queues) {
+            let q = self.ctrl.lock().queues.get_mut(qid).and_then(Option::take);
+            if let Some(q) = q {
+                q.shutdown(&mut dispose);
+            }
+        }
+    }
+
+    /// The RDMA device `dev` is going away. Connections on it are torn down before this
+    /// returns, so the device can go; their requests wait for the session to reconnect (on
+    /// TCP). May sleep.
+    pub(crate) fn rdma_device_removed(self: &Arc<Self>, dev: DeviceId, name: &CStr) {
+        let (uses, healthy_rdma) = {
+            let c = self.ctrl.lock();
+            let uses = c.queues.iter().flatten().any(|q| q.on_device(dev));
+            let rdma = c.queues.iter().all(|q| {
+                q.as_ref()
+                    .is_some_and(|q| q.transport() == Transport::Rdma && !q.is_failed())
+            });
+            (uses, rdma)
+        };
+        // Healthy RDMA connections on another device do not care; otherwise (on TCP, or
+        // between connections) this may well be the device RDMA would use.
+        if uses || !healthy_rdma {
+            let _ = self.policy.lock().on_device_removed(now_ms() as u64);
+        }
+        if uses {
+            pr_info!(
+                "{}: RDMA device {name} is going away: moving I/O to TCP\n",
+                self.name()
+            );
+            for qid in 0..usize::from(self.info.nr_queues) {
+                let q = {
+                    let mut c = self.ctrl.lock();
+                    if c.state == State::Live {
+                        c.state = State::Reconnecting { since_ms: now_ms() };
+                    }
+                    match c.queues.get_mut(qid) {
+                        Some(slot) if slot.as_ref().is_some_and(|q| q.on_device(dev)) => {
+                            slot.take()
+                        }
+                        _ => None,
+                    }
+                };
+                if let Some(q) = q {
+                    q.shutdown(|rq| self.requeue_or_fail(rq, true));
+                }
+            }
+        }
+        self.kick();
+    }
+
+    /// An RDMA device appeared: the end of NIC servicing, typically.
+    pub(crate) fn rdma_device_added(self: &Arc<Self>) {
+        if self.policy.lock().on_device_added(now_ms() as u64)
+            == crate::proto::policy::Action::DrainToRdma
+        {
+            pr_info!(
+                "{}: an RDMA device appeared: switching back to RDMA\n",
+                self.name()
+            );
+        }
+        self.kick();
+    }
+
+    /// Stops the session work for good and tears every connection down, failing their
+    /// requests.
+    fn stop(&self, force: bool) {
+        {
+            let mut c = self.ctrl.lock();
+            c.state = State::Deleting { force };
+        }
+        self.wake_session();
+        {
+            // A writer still waiting for the first set gets an answer.
+            let mut a = self.attach.lock();
+            a.get_or_insert(Err(ENODEV));
+            self.attach_cv.notify_all();
+        }
+        work::flush(&self.work);
+        self.teardown_all(|rq| self.requeue_or_fail(rq, false));
+    }
+
+    /// Unmaps a disk whose mapping failed before its block device was added.
+    pub(crate) fn abort(&self) {
+        self.stop(true);
+        drop(self.debugfs.lock().take());
+        self.registry.remove(self.index);
+    }
+
+    /// Removes the disk. `force` fails its I/O; otherwise an open disk is `EBUSY`, and dirty
+    /// data is written back first over the live connection (the session keeps it up, or the
+    /// loss timeout fails it).
     pub(crate) fn delete(self: &Arc<Self>, force: bool) -> Result {
         let Some(disk) = self.disk.lock().take() else {
             return Err(ENODEV);
@@ -430,22 +450,55 @@ impl DiskDev {
             *self.disk.lock() = Some(disk);
             return Err(EBUSY);
         }
-        *self.state.lock() = State::Deleting { force };
-        self.wake_session();
-        work::flush(&self.work);
         if force {
             disk.mark_dead();
-            self.shutdown_queues(|rq| rq.end(BlkStatus::IoErr));
+            // Requests in flight end with an error before `del_gendisk` waits for them.
+            self.stop(true);
+            drop(disk);
+        } else {
+            drop(disk);
+            self.stop(false);
         }
-        drop(disk);
-        self.shutdown_queues(|rq| rq.end(BlkStatus::IoErr));
-        self.table.remove(self.index);
+        drop(self.debugfs.lock().take());
+        self.registry.remove(self.index);
         pr_info!("{}: unmapped rdmadisk{}\n", self.name(), self.index);
         Ok(())
     }
 
     fn queue(&self, hw: u32) -> Option<Queue> {
-        self.queues.lock().get(hw as usize).and_then(Clone::clone)
+        self.ctrl
+            .lock()
+            .queues
+            .get(hw as usize)
+            .and_then(Clone::clone)
+    }
+}
+
+impl QueueHost for DiskDev {
+    fn info(&self) -> &DiskInfo {
+        &self.info
+    }
+
+    fn queue_failed(self: Arc<Self>, conn: ConnId, transport: Transport) {
+        let first = {
+            let mut c = self.ctrl.lock();
+            if c.epoch != conn.epoch {
+                return;
+            }
+            match c.state {
+                State::Live => {
+                    c.state = State::Reconnecting { since_ms: now_ms() };
+                    true
+                }
+                State::Connecting | State::Reconnecting { .. } => false,
+                State::Failed | State::Deleting { .. } => return,
+            }
+        };
+        // One failure per incident, however many connections report it.
+        if first && transport == Transport::Rdma {
+            let _ = self.policy.lock().on_rdma_failure(now_ms() as u64);
+        }
+        self.kick();
     }
 }
 
@@ -453,9 +506,7 @@ impl Driver for DiskDev {
     type Pdu = Pdu;
 
     fn new_pdu() -> Pdu {
-        Pdu {
-            crc_retries: AtomicU8::new(0),
-        }
+        Pdu::new()
     }
 
     fn queue_rq(
@@ -464,31 +515,32 @@ impl Driver for DiskDev {
         rq: DiskRq,
         _last: bool,
     ) -> core::result::Result<(), (DiskRq, BlkStatus)> {
-        let fail = |rq| {
-            Stats::inc(&self.stats.io_errors);
-            Err((rq, BlkStatus::IoErr))
-        };
-        match self.state() {
-            State::Live => {}
-            State::Connecting => return Err((rq, BlkStatus::Resource)),
-            State::Reconnecting { since_ms } => {
-                let loss_ms = i64::from(self.loss_timeout_s()) * 1000;
-                return if now_ms() - since_ms > loss_ms {
-                    fail(rq)
-                } else {
-                    Err((rq, BlkStatus::Resource))
-                };
+        let q = {
+            let c = self.ctrl.lock();
+            match c.state {
+                State::Live => c.queues.get(hctx.index() as usize).and_then(Clone::clone),
+                State::Connecting => None,
+                State::Reconnecting { since_ms } => {
+                    if c.fast_fail || self.loss_expired(since_ms) {
+                        drop(c);
+                        return self.fail_rq(rq);
+                    }
+                    None
+                }
+                State::Failed | State::Deleting { .. } => {
+                    drop(c);
+                    return self.fail_rq(rq);
+                }
             }
-            State::Failed | State::Deleting { .. } => return fail(rq),
-        }
-        match self.queue(hctx.index()) {
+        };
+        match q {
             Some(q) => q.submit(rq),
             None => Err((rq, BlkStatus::Resource)),
         }
     }
 
-    fn timeout(&self, rq: &RqRef<'_, Self>) -> TimeoutAction {
-        Stats::inc(&self.stats.timeouts);
+    fn timeout(&self, rq: &RqRef<'_, Pdu>) -> TimeoutAction {
+        Stats::inc(&self.info.stats.timeouts);
         pr_warn!(
             "{}: request tag {} on queue {} timed out after {} ms\n",
             self.name(),

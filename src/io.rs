@@ -6,10 +6,11 @@
 use core::sync::atomic::Ordering;
 use kernel::prelude::*;
 
-use crate::disk::{DiskDev, DiskRq};
+use crate::faults::Fault;
+use crate::host::{DiskInfo, DiskRq};
 use crate::kapi::blk_mq::{BlkStatus, ReqOp};
 use crate::proto::crc32c::crc32c_append;
-use crate::proto::wire::{req_flags, Opcode, RemoteBuf, Request, Response, Status};
+use crate::proto::wire::{req_flags, Opcode, RemoteBuf, ReqId, Request, Response, Status};
 use crate::stats::Stats;
 
 /// How often a request is reissued after a CRC mismatch before it fails.
@@ -29,41 +30,72 @@ pub(crate) fn data_crc(rq: &DiskRq) -> u32 {
     crc
 }
 
-/// The protocol request for `rq` (its buffer left empty), with the CRC of its data for a
-/// write; `None` for an operation the protocol does not carry.
-pub(crate) fn request(rq: &DiskRq) -> Option<Request> {
-    let opcode = match rq.op() {
+/// The protocol operation of `rq`; `None` for one the protocol does not carry.
+pub(crate) fn opcode(rq: &DiskRq) -> Option<Opcode> {
+    Some(match rq.op() {
         ReqOp::Read => Opcode::Read,
         ReqOp::Write => Opcode::Write,
         ReqOp::Flush => Opcode::Flush,
         ReqOp::Discard => Opcode::Discard,
         ReqOp::WriteZeroes => Opcode::WriteZeroes,
         ReqOp::Other(_) => return None,
-    };
-    Some(Request {
-        opcode,
-        flags: if rq.is_fua() { req_flags::FUA } else { 0 },
-        credits: 0,
-        tag: rq.tag(),
-        sector: rq.sector(),
-        length: rq.bytes(),
-        data_crc: if opcode == Opcode::Write {
-            data_crc(rq)
-        } else {
-            0
-        },
-        buf: RemoteBuf::default(),
     })
 }
 
+/// The protocol request for `rq` (of operation `op`) sent as `id` (its buffer left empty),
+/// with the CRC of its data for a write.
+pub(crate) fn request(info: &DiskInfo, rq: &DiskRq, op: Opcode, id: ReqId) -> Request {
+    let mut data_crc = if op == Opcode::Write { data_crc(rq) } else { 0 };
+    if op == Opcode::Write && info.faults.hit(Fault::CorruptWriteCrc) {
+        data_crc = !data_crc;
+    }
+    Request {
+        opcode: op,
+        flags: if rq.is_fua() { req_flags::FUA } else { 0 },
+        credits: 0,
+        tag: id.tag(),
+        sector: rq.sector(),
+        length: rq.bytes(),
+        data_crc,
+        buf: RemoteBuf::default(),
+    }
+}
+
+/// Why a connection must be reset after a response.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Verdict {
+    /// The request was ended or reissued; the connection is fine.
+    Done,
+    /// The target fenced the request: a newer connection set superseded this one. The request
+    /// was requeued; the connection must go.
+    Superseded,
+}
+
 /// Ends `rq` (an `op` whose exchange is over) by its response: checks the status and a read's
-/// CRC, and reissues it after a CRC mismatch up to [`MAX_CRC_RETRIES`] times.
-pub(crate) fn finish(disk: &DiskDev, rq: DiskRq, op: Opcode, resp: &Response, via: Via) {
-    let stats = &disk.stats;
+/// CRC, and reissues it after a CRC mismatch up to [`MAX_CRC_RETRIES`] times. The caller has
+/// checked that the response's length is the request's.
+pub(crate) fn finish(
+    info: &DiskInfo,
+    mut rq: DiskRq,
+    op: Opcode,
+    resp: &Response,
+    via: Via,
+) -> Verdict {
+    let stats = &info.stats;
     let bytes = u64::from(rq.bytes());
     let status = match resp.status {
         Status::Ok if op == Opcode::Read => {
-            if resp.length != rq.bytes() || data_crc(&rq) != resp.data_crc {
+            if info.faults.hit(Fault::CorruptRead) {
+                // A flipped bit on the way in: the read is retried and rewrites the pages.
+                let mut done = false;
+                rq.for_each_segment_mut(|seg| {
+                    if let (false, Some(b)) = (done, seg.first_mut()) {
+                        *b ^= 0x01;
+                        done = true;
+                    }
+                });
+            }
+            if data_crc(&rq) != resp.data_crc {
                 Stats::inc(&stats.crc_read_errors);
                 Err(Status::CrcMismatch)
             } else {
@@ -74,6 +106,12 @@ pub(crate) fn finish(disk: &DiskDev, rq: DiskRq, op: Opcode, resp: &Response, vi
         Status::CrcMismatch => {
             Stats::inc(&stats.crc_write_errors);
             Err(Status::CrcMismatch)
+        }
+        Status::Fenced => {
+            Stats::inc(&stats.fenced);
+            Stats::inc(&stats.requeued);
+            rq.requeue(true);
+            return Verdict::Superseded;
         }
         s => Err(s),
     };
@@ -109,7 +147,7 @@ pub(crate) fn finish(disk: &DiskDev, rq: DiskRq, op: Opcode, resp: &Response, vi
             Stats::inc(&stats.io_errors);
             pr_err!(
                 "{}: {:?} of {} bytes at sector {} failed: {s}\n",
-                disk.name(),
+                info.name(),
                 op,
                 bytes,
                 rq.sector()
@@ -122,4 +160,12 @@ pub(crate) fn finish(disk: &DiskDev, rq: DiskRq, op: Opcode, resp: &Response, vi
             });
         }
     }
+    Verdict::Done
+}
+
+/// Whether a successful response's length is what `op` of `len` bytes asked for: the data
+/// operations move exactly their length, the others report their range or nothing. Anything
+/// else is a target that does not follow the protocol.
+pub(crate) fn length_ok(op: Opcode, len: u32, resp: &Response) -> bool {
+    resp.status != Status::Ok || !op.has_data() || resp.length == len
 }

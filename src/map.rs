@@ -4,11 +4,14 @@
 //! disks, whose slot number is the `N` of `/dev/rdmadiskN`.
 
 use core::fmt::Write;
-use kernel::{new_mutex, prelude::*, sync::Arc, sync::Mutex};
+use kernel::{c_str, new_mutex, prelude::*, str::CString, sync::Arc, sync::Mutex};
 
-use crate::disk::{DiskDev, DiskParams, ATTRS};
+use crate::disk::{DiskDev, DiskParams, Registry, ATTRS};
 use crate::kapi::blk_mq::{Disk, DiskConfig, Limits};
+use crate::kapi::debugfs;
+use crate::kapi::frwr::MR_PAGE_SIZE;
 use crate::kapi::sysfs::ShowBuf;
+use crate::kapi::work::ReclaimQueue;
 use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT};
 use crate::proto::wire::{features, SECTOR_SHIFT};
 use crate::rdma_conn::Peer;
@@ -23,13 +26,28 @@ pub(crate) const MAX_DISKS: usize = 32;
 pub(crate) struct DiskTable {
     #[pin]
     disks: Mutex<[Option<Arc<DiskDev>>; MAX_DISKS]>,
+    /// Where the disks' session and TCP work runs.
+    wq: Arc<ReclaimQueue>,
+    /// `/sys/kernel/debug/rdmadisk/`, the parent of each disk's fault switches.
+    debugfs: debugfs::Dir<()>,
+}
+
+impl Registry for DiskTable {
+    fn remove(&self, index: u32) {
+        if let Some(slot) = self.disks.lock().get_mut(index as usize) {
+            *slot = None;
+        }
+    }
 }
 
 impl DiskTable {
     pub(crate) fn new() -> Result<Arc<Self>> {
+        let wq = Arc::new(ReclaimQueue::new(c_str!("rdmadisk"))?, GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 disks <- new_mutex!([const { None }; MAX_DISKS], "rdmadisk::map::disks"),
+                wq,
+                debugfs: debugfs::Dir::new(c_str!("rdmadisk"), None, None, &[]),
             }),
             GFP_KERNEL,
         )
@@ -47,16 +65,9 @@ impl DiskTable {
             return Err(ENOSPC);
         };
         p.index = index as u32;
-        let dev = DiskDev::new(p, self.clone())?;
+        let dev = DiskDev::new(p, self.clone(), self.wq.clone())?;
         disks[index] = Some(dev.clone());
         Ok(dev)
-    }
-
-    /// Drops the entry of a deleted disk.
-    pub(crate) fn remove(&self, index: u32) {
-        if let Some(slot) = self.disks.lock().get_mut(index as usize) {
-            *slot = None;
-        }
     }
 
     /// Disk `index`, if mapped.
@@ -98,8 +109,8 @@ impl DiskTable {
                 "rdmadisk{} {} {} {} {}",
                 d.index,
                 d.name(),
-                d.peer,
-                d.export,
+                d.peer(),
+                d.export(),
                 d.state_name()
             )
             .map_err(|_| EFBIG)?;
@@ -135,37 +146,54 @@ pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
         nr_queues: opts.queues.unwrap_or(1),
     };
     let dev = table.insert(params)?;
-    let res = attach(&dev);
+    let res = attach(table, &dev);
     if let Err(e) = res {
         pr_err!(
             "{}: mapping {} at {} failed: {e:?}\n",
             dev.name(),
-            dev.export,
-            dev.peer
+            dev.export(),
+            dev.peer()
         );
-        table.remove(dev.index);
+        dev.abort();
     }
     res
 }
 
 /// Connects `dev` and adds its block device.
-fn attach(dev: &Arc<DiskDev>) -> Result {
-    let reply = dev.connect_queues()?;
+fn attach(table: &DiskTable, dev: &Arc<DiskDev>) -> Result {
+    let name = CString::try_from_fmt(kernel::fmt!("rdmadisk{}", dev.index))?;
+    dev.start(&name, &table.debugfs);
+    let attached = dev.wait_attached()?;
+    let reply = attached.reply;
     let lbs = reply.logical_block_size;
     if !(512..=4096).contains(&lbs) || !lbs.is_power_of_two() {
         pr_err!(
             "{}: the target's block size {lbs} is not supported\n",
             dev.name()
         );
-        dev.shutdown();
         return Err(EINVAL);
     }
-    let max_io = reply.max_io_bytes.min(MAX_IO_BYTES);
+    // Whole pages, so that every request's pages fit the MRs of any later connection too.
+    let max_io = reply
+        .max_io_bytes
+        .min(MAX_IO_BYTES)
+        .min(attached.max_io_bytes)
+        / MR_PAGE_SIZE
+        * MR_PAGE_SIZE;
+    if max_io < MR_PAGE_SIZE.max(lbs) {
+        pr_err!(
+            "{}: the target's largest request ({} bytes) is too small\n",
+            dev.name(),
+            reply.max_io_bytes
+        );
+        return Err(EINVAL);
+    }
+    dev.set_max_io_bytes(max_io);
     let feat = reply.features;
     let read_only = dev.read_only || feat & features::READ_ONLY != 0;
     let cfg = DiskConfig {
         index: dev.index,
-        nr_hw_queues: u32::from(dev.nr_queues),
+        nr_hw_queues: u32::from(dev.nr_queues()),
         queue_depth: u32::from(QUEUE_DEPTH),
         timeout_ms: dev.io_timeout_ms(),
         capacity_sectors: reply.capacity_sectors,
@@ -174,9 +202,11 @@ fn attach(dev: &Arc<DiskDev>) -> Result {
             logical_block_size: lbs,
             physical_block_size: reply.physical_block_size.max(lbs),
             max_hw_sectors: max_io >> SECTOR_SHIFT,
-            max_segments: (max_io / 4096) as u16 + 1,
+            // One more page for a request that does not start on a page boundary.
+            max_segments: (max_io / MR_PAGE_SIZE) as u16 + 1,
             max_segment_size: max_io,
-            virt_boundary_mask: 4095,
+            // Segments may not cross an MR page boundary except at its edges.
+            virt_boundary_mask: u64::from(MR_PAGE_SIZE - 1),
             write_cache: feat & features::FLUSH != 0,
             fua: feat & features::FUA != 0,
             max_discard_sectors: if feat & features::DISCARD != 0 {
@@ -192,22 +222,15 @@ fn attach(dev: &Arc<DiskDev>) -> Result {
         },
         numa_node: kernel::bindings::NUMA_NO_NODE,
     };
-    dev.go_live();
-    let disk = match Disk::new(&cfg, dev.clone(), ATTRS) {
-        Ok(d) => d,
-        Err(e) => {
-            dev.shutdown();
-            return Err(e);
-        }
-    };
+    let disk = Disk::new(&cfg, dev.clone(), ATTRS)?;
     pr_info!(
         "{}: mapped export {} at {} as rdmadisk{}: {} sectors, block size {lbs}, {} queue(s), features {feat:#x}{}\n",
         dev.name(),
-        dev.export,
-        dev.peer,
+        dev.export(),
+        dev.peer(),
         dev.index,
         reply.capacity_sectors,
-        dev.nr_queues,
+        dev.nr_queues(),
         if read_only { ", read-only" } else { "" }
     );
     dev.set_disk(disk);

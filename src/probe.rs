@@ -92,6 +92,8 @@ impl Waiter {
 }
 
 impl Watcher for Arc<Waiter> {
+    type Pdu = ();
+
     fn event(&self, ev: &CmEvent) {
         self.state.lock().event.get_or_insert(*ev);
         self.cv.notify_all();
@@ -111,7 +113,7 @@ impl MsgOwner for ProbeMsg {
             let mut s = waiter.state.lock();
             if msg.owner().recv {
                 let mut data = [0; RESPONSE_LEN];
-                let n = (wc.byte_len as usize).min(RESPONSE_LEN);
+                let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
                 data[..n].copy_from_slice(&msg.data()[..n]);
                 s.received = Some((*wc, data));
             } else {
@@ -146,6 +148,9 @@ pub(crate) fn run(
         export,
         queue_id: 0,
         queue_count: 1,
+        // Outside any session: a probe is never fenced and fences nothing.
+        session_id: 0,
+        epoch: 0,
         caps: QpCaps {
             send_wr: 4,
             recv_wr: 4,
@@ -252,8 +257,8 @@ fn nop(
             pr_err!(
                 "probe {peer}: the NOP's Send failed: {} (status {}, vendor {:#x})\n",
                 wc.status_str(),
-                wc.status,
-                wc.vendor_err
+                wc.status(),
+                wc.vendor_err()
             );
             return Err(EIO);
         }
@@ -265,16 +270,16 @@ fn nop(
         pr_err!(
             "probe {peer}: the response's Receive failed: {} (status {}, vendor {:#x})\n",
             wc.status_str(),
-            wc.status,
-            wc.vendor_err
+            wc.status(),
+            wc.vendor_err()
         );
         return Err(EIO);
     }
     let resp =
-        Response::decode(&data[..(wc.byte_len as usize).min(RESPONSE_LEN)]).map_err(|e| {
+        Response::decode(&data[..(wc.byte_len() as usize).min(RESPONSE_LEN)]).map_err(|e| {
             pr_err!(
                 "probe {peer}: undecodable response ({e:?}, {} bytes)\n",
-                wc.byte_len
+                wc.byte_len()
             );
             errno(kb::EPROTO)
         })?;
@@ -286,7 +291,7 @@ fn nop(
         );
         return Err(errno(kb::EPROTO));
     }
-    let inv = wc.invalidated_rkey.is_some();
+    let inv = wc.invalidated_rkey().is_some();
     if !verbose {
         return Ok(());
     }
@@ -295,7 +300,7 @@ fn nop(
         resp.tag,
         resp.status,
         resp.credits,
-        wc.byte_len,
+        wc.byte_len(),
         if inv { "yes" } else { "no" },
         us
     );

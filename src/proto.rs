@@ -11,9 +11,13 @@
 pub(crate) mod crc32c;
 #[path = "../userspace-tools/rdmadisk-proto/src/credits.rs"]
 pub(crate) mod credits;
+#[path = "../userspace-tools/rdmadisk-proto/src/fence.rs"]
+pub(crate) mod fence;
 #[path = "../userspace-tools/rdmadisk-proto/src/options.rs"]
 pub(crate) mod options;
 #[path = "../userspace-tools/rdmadisk-proto/src/policy.rs"]
 pub(crate) mod policy;
+#[path = "../userspace-tools/rdmadisk-proto/src/tags.rs"]
+pub(crate) mod tags;
 #[path = "../userspace-tools/rdmadisk-proto/src/wire.rs"]
 pub(crate) mod wire;

@@ -2,10 +2,11 @@
 
 //! A hardware queue's connection on either transport.
 
-use kernel::{prelude::*, str::CStr, sync::Arc};
+use kernel::{prelude::*, sync::Arc};
 
-use crate::disk::{DiskDev, DiskRq};
+use crate::host::{ConnId, DiskRq, QueueHost};
 use crate::kapi::blk_mq::BlkStatus;
+use crate::kapi::verbs::DeviceId;
 use crate::proto::policy::Transport;
 use crate::proto::wire::HelloReply;
 use crate::rdma_queue::RdmaQueue;
@@ -18,19 +19,21 @@ pub(crate) enum Queue {
 }
 
 impl Queue {
-    /// Connects queue `qid` of `disk` on `t`; returns it with the target's Hello reply.
+    /// Connects queue `id.qid` of `host`'s disk on `t`, as part of connection set `id.epoch`,
+    /// within `budget_ms`; returns it with the target's Hello reply. May sleep.
     pub(crate) fn connect(
-        disk: &Arc<DiskDev>,
-        qid: u16,
+        host: &Arc<dyn QueueHost>,
+        id: ConnId,
         t: Transport,
+        budget_ms: u32,
     ) -> Result<(Queue, HelloReply)> {
         Ok(match t {
             Transport::Rdma => {
-                let (q, r) = RdmaQueue::connect(disk, qid)?;
+                let (q, r) = RdmaQueue::connect(host, id, budget_ms)?;
                 (Queue::Rdma(q), r)
             }
             Transport::Tcp => {
-                let (q, r) = TcpQueue::connect(disk, qid)?;
+                let (q, r) = TcpQueue::connect(host, id, budget_ms)?;
                 (Queue::Tcp(q), r)
             }
         })
@@ -57,10 +60,11 @@ impl Queue {
         }
     }
 
-    /// Checks a quiet RDMA connection with a NOP (TCP has the kernel's own keepalive).
+    /// The connection's health check (see the transports' `keepalive`).
     pub(crate) fn keepalive(&self, interval_ms: u32) {
-        if let Queue::Rdma(q) = self {
-            q.keepalive(interval_ms);
+        match self {
+            Queue::Rdma(q) => q.keepalive(interval_ms),
+            Queue::Tcp(q) => q.keepalive(interval_ms),
         }
     }
 
@@ -71,8 +75,16 @@ impl Queue {
         }
     }
 
-    /// Whether this is an RDMA connection on the device named `dev`.
-    pub(crate) fn on_device(&self, dev: &CStr) -> bool {
+    /// Largest request the connection can carry (RDMA: what its MRs map).
+    pub(crate) fn max_io_bytes(&self) -> u32 {
+        match self {
+            Queue::Rdma(q) => q.max_io_bytes(),
+            Queue::Tcp(_) => u32::MAX,
+        }
+    }
+
+    /// Whether this is an RDMA connection on the device `dev`.
+    pub(crate) fn on_device(&self, dev: DeviceId) -> bool {
         match self {
             Queue::Rdma(q) => q.on_device(dev),
             Queue::Tcp(_) => false,

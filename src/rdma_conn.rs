@@ -7,17 +7,16 @@
 //! connection is established its CM events are waited for here; afterwards they go to the
 //! owner's [`Watcher`], since any later event means the connection is failing or gone.
 
-use core::{
-    fmt,
-    sync::atomic::{AtomicU64, Ordering},
-};
+use core::fmt;
 use kernel::{
     bindings as kb, new_condvar, new_mutex,
     prelude::*,
     sync::{Arc, CondVar, CondVarTimeoutResult, Mutex},
-    time::{msecs_to_jiffies, Jiffies, Ktime},
+    time::{msecs_to_jiffies, Jiffies},
 };
 
+use crate::kapi::blk_mq::Rq;
+use crate::kapi::frwr::MrEvent;
 use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps};
 use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
 use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
@@ -32,9 +31,6 @@ const RESOLVE_MS: u32 = 3_000;
 const ACK_TIMEOUT_EXP: u8 = 20;
 /// CM events kept until the connector reads them; a set-up sees a handful.
 const MAX_EVENTS: usize = 8;
-
-/// Tells connections apart in the target's log (not a security token).
-static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// The errnos of network failures, which the kernel crate does not name.
 pub(crate) fn errno(n: u32) -> Error {
@@ -55,10 +51,16 @@ impl fmt::Display for Peer {
     }
 }
 
-/// Hears a connection's CM events once it is established.
+/// Hears a connection's CM events once it is established, and its MRs' own completions.
 pub(crate) trait Watcher: Send + Sync + 'static {
+    /// The per-request data of the requests registered on the connection's MRs.
+    type Pdu: Send + Sync + 'static;
+
     /// Any event after `ESTABLISHED` (a disconnect, the device going away, ...).
     fn event(&self, ev: &CmEvent);
+
+    /// A LOCAL_INV or failed REG_MR completed (see [`CmHandler::mr_event`]).
+    fn mr_event(&self, _ev: MrEvent) {}
 }
 
 struct Setup {
@@ -129,6 +131,12 @@ impl<W: Watcher> ConnEvents<W> {
 }
 
 impl<W: Watcher> CmHandler for ConnEvents<W> {
+    type Pdu = W::Pdu;
+
+    fn mr_event(&self, ev: MrEvent) {
+        self.watcher.mr_event(ev);
+    }
+
     fn event(&self, ev: CmEvent) {
         let mut s = self.setup.lock();
         if s.established {
@@ -213,12 +221,21 @@ pub(crate) struct ConnSpec<'a> {
     pub(crate) export: ExportName,
     pub(crate) queue_id: u16,
     pub(crate) queue_count: u16,
+    /// The disk's session at the target (0: a probe, outside any session).
+    pub(crate) session_id: u32,
+    /// The connection set this connection belongs to.
+    pub(crate) epoch: u32,
+    /// What the connection needs; the device must offer at least that much.
     pub(crate) caps: QpCaps,
     pub(crate) cq_entries: u32,
     pub(crate) poll: PollCtx,
     /// The whole set-up, from resolving to the accept.
     pub(crate) budget_ms: u32,
 }
+
+/// RDMA Reads we let the target have outstanding on our pages, and we on the target's (none),
+/// at most: the device may offer fewer.
+const READ_DEPTH: u32 = 16;
 
 /// An established connection.
 pub(crate) struct Conn<W: Watcher> {
@@ -227,6 +244,49 @@ pub(crate) struct Conn<W: Watcher> {
     pub(crate) pd: Arc<Pd>,
     pub(crate) dev: DeviceRef,
     pub(crate) reply: HelloReply,
+}
+
+impl<W: Watcher> Conn<W> {
+    /// Closes the connection (see [`CmId::close`]): every request registered on its MRs comes
+    /// back through `each` once no rkey can reach it. May sleep.
+    pub(crate) fn close(self, each: impl FnMut(Rq<W::Pdu>)) {
+        self.cm.close(each);
+    }
+}
+
+/// Checks `spec` against what `dev` offers; the error names the limit.
+fn check_device(spec: &ConnSpec<'_>, dev: &DeviceRef) -> Result {
+    let a = dev.attrs();
+    let c = spec.caps;
+    let short = if c.send_wr > a.max_qp_wr || c.recv_wr > a.max_qp_wr {
+        Some((
+            "work requests per queue",
+            c.send_wr.max(c.recv_wr),
+            a.max_qp_wr,
+        ))
+    } else if spec.cq_entries > a.max_cqe {
+        Some(("completion queue entries", spec.cq_entries, a.max_cqe))
+    } else if c.mrs > 0 && c.mr_pages > a.max_fast_reg_page_list_len {
+        Some((
+            "pages per memory region",
+            c.mr_pages,
+            a.max_fast_reg_page_list_len,
+        ))
+    } else {
+        None
+    };
+    match short {
+        Some((what, need, has)) => {
+            pr_err!(
+                "{} {}: RDMA device {} offers {has} {what}; the connection needs {need}\n",
+                spec.who,
+                spec.peer,
+                dev.name()
+            );
+            Err(EINVAL)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Connects per `spec`. `prepare` runs once the QP exists and before the connect request:
@@ -252,19 +312,24 @@ pub(crate) fn connect<W: Watcher>(
         }
     };
 
+    let resolve_ms = RESOLVE_MS.min(spec.budget_ms.max(1));
     let mut cm = CmId::new(events.clone())?;
-    cm.resolve_addr(peer.addr, peer.port, RESOLVE_MS)?;
+    cm.resolve_addr(peer.addr, peer.port, resolve_ms)?;
     expect(&mut left, "resolving the address", |e| {
         matches!(e, CmEvent::AddrResolved)
     })?;
-    cm.resolve_route(RESOLVE_MS)?;
+    cm.resolve_route(resolve_ms)?;
     expect(&mut left, "resolving the route", |e| {
         matches!(e, CmEvent::RouteResolved)
     })?;
 
     let dev = cm.device()?;
+    check_device(spec, &dev)?;
+    let attrs = dev.attrs();
     let pd = Pd::new(&dev)?;
-    let cq = Cq::new(&dev, spec.cq_entries, u32::from(spec.queue_id), spec.poll)?;
+    // Spread the queues over the device's interrupt vectors.
+    let vector = u32::from(spec.queue_id) % attrs.num_comp_vectors.max(1);
+    let cq = Cq::new(&dev, spec.cq_entries, vector, spec.poll)?;
     cm.create_qp(&pd, &cq, spec.caps)?;
     let recv_credits = prepare(&cm, &pd)?;
     cm.set_ack_timeout(ACK_TIMEOUT_EXP)?;
@@ -274,15 +339,16 @@ pub(crate) fn connect<W: Watcher>(
         queue_id: spec.queue_id,
         queue_count: spec.queue_count,
         recv_credits,
-        session_id: (Ktime::ktime_get().to_ns() as u64) << 8
-            ^ NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
+        session_id: spec.session_id,
+        epoch: spec.epoch,
         export: spec.export,
     };
     cm.connect(
         &hello.to_bytes(),
         ConnParams {
-            responder_resources: 16,
-            initiator_depth: 16,
+            // The target reads our pages (writes); we never read the target's.
+            responder_resources: READ_DEPTH.min(attrs.max_qp_rd_atom) as u8,
+            initiator_depth: READ_DEPTH.min(attrs.max_qp_init_rd_atom) as u8,
             retry_count: 7,
             rnr_retry_count: 0,
         },

@@ -4,7 +4,7 @@
 //!
 //! The driver records which devices exist, for the control directory and the log, and tells
 //! every disk: a disk moves its I/O to TCP when the device it uses goes, and back to RDMA
-//! when a device comes (DESIGN.md, "Transport switching").
+//! when a device comes (docs/design.md, "Transport switching").
 
 use kernel::{prelude::*, sync::Arc};
 
@@ -36,7 +36,8 @@ impl ClientOps for RdmaDevices {
 
     fn remove(&self, dev: &Device, name: KBox<DevName>) {
         // Before returning: the device's unregistration waits for its resources.
-        self.disks.each(|d| d.rdma_device_removed(dev.name()));
+        self.disks
+            .each(|d| d.rdma_device_removed(dev.id(), dev.name()));
         self.ctl.ib_device_removed(&name);
         pr_info!("RDMA device {} removed\n", dev.name());
     }

@@ -3,29 +3,42 @@
 //! One hardware queue's RDMA connection and the life of a request on it.
 //!
 //! Per tag the queue keeps a Send buffer and (in the QP) a fast-registration MR; a ring of
-//! receives takes the responses. A request goes (DESIGN.md, "One I/O on the RDMA path"):
-//! take a send credit, map and register its pages, post REG_MR + SEND; the target moves the
-//! data and answers with Send-with-Invalidate. The request completes once both its Send has
-//! completed and its response has arrived with its own rkey invalidated; without an
-//! invalidation a LOCAL_INV is posted first, with a wrong one the connection is reset.
+//! receives takes the responses. A request goes (docs/design.md, "One I/O on the RDMA
+//! path"): take a send credit, map and register its pages, post REG_MR + SEND; the target
+//! moves the data and answers with Send-with-Invalidate. The request completes once its Send
+//! has completed, its response has arrived, and its pages are out of the MR again, which
+//! `rust/frwr.rs` allows only with proof that the key is dead: the response's
+//! invalidation of exactly that key, a completed LOCAL_INV, or the QP drained.
+//!
+//! Responses are matched by request id ([`ReqId`]: slot and generation): one that names no
+//! request in flight (a duplicate, a replay, a stranger) is dropped and counted, unless it
+//! invalidated a key, which means the target is confused about our memory: the connection
+//! is reset. Every other protocol violation resets the connection too; its requests are
+//! requeued by the disk's session.
 //!
 //! Everything the completion handlers and `queue_rq` share is under one spinlock; handlers
 //! run on the IB completion workqueue (process context), `queue_rq` under RCU, so nothing
-//! here sleeps. Requests are ended outside the lock.
+//! here sleeps under it. Requests are ended outside the lock.
 
-use core::{mem, sync::atomic::Ordering};
-use kernel::{new_spinlock, prelude::*, str::CStr, sync::Arc, sync::SpinLock};
+use core::{
+    mem,
+    sync::atomic::{AtomicBool, AtomicUsize, Ordering},
+};
+use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
-use crate::disk::{now_ms, DiskDev, DiskRq};
+use crate::faults::Fault;
+use crate::host::{ConnId, DiskRq, Pdu, QueueHost};
 use crate::io::{self, Via};
 use crate::kapi::blk_mq::BlkStatus;
-use crate::kapi::frwr::DmaRq;
+use crate::kapi::delay::sleep_ms;
+use crate::kapi::frwr::{DmaRq, InvError, InvToken, MrEvent};
 use crate::kapi::rdma_cm::{CmEvent, QpCaps};
-use crate::kapi::verbs::{DeviceRef, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
+use crate::kapi::verbs::{DeviceId, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
 use crate::proto::credits::{CreditReceiver, CreditSender};
 use crate::proto::policy::Transport;
+use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    HelloReply, Opcode, RemoteBuf, Request, Response, REQUEST_LEN, RESPONSE_LEN,
+    HelloReply, Opcode, RemoteBuf, ReqId, Request, Response, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
@@ -35,41 +48,33 @@ pub(crate) const QUEUE_DEPTH: u16 = 64;
 /// Pages one MR maps: 1 MiB plus one page for an unaligned start.
 pub(crate) const MR_PAGES: u32 = 257;
 /// Largest request, from the MR size.
-pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * 4096;
-/// Set-up budget of one connection.
-const CONNECT_BUDGET_MS: u32 = 10_000;
-/// The tag of keepalive NOPs, after blk-mq's tags.
-const KEEPALIVE_TAG: u32 = QUEUE_DEPTH as u32;
-
-/// A request's data, mapped when it has any.
-enum Data {
-    None(DiskRq),
-    Mapped(DmaRq<DiskDev>),
-}
-
-impl Data {
-    /// Unmaps (the device is done with the pages) and gives the request back.
-    fn into_rq(self) -> DiskRq {
-        match self {
-            Data::None(rq) => rq,
-            Data::Mapped(d) => d.unmap(),
-        }
-    }
-}
+pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * crate::kapi::frwr::MR_PAGE_SIZE;
+/// The slot of keepalive NOPs, after blk-mq's tags.
+const KEEPALIVE_SLOT: u16 = QUEUE_DEPTH;
+/// Slots: blk-mq's tags and the keepalive's.
+const SLOTS: usize = QUEUE_DEPTH as usize + 1;
 
 /// A request on the wire.
 struct Inflight {
-    data: Data,
+    /// The request, while it is not registered on an MR (a data-less one, or one whose pages
+    /// came back out). `None` while the MR holds it.
+    rq: Option<DiskRq>,
     op: Opcode,
-    /// The key registered for it, if it has data.
-    rkey: Option<u32>,
-    /// Its rkey is no longer valid (invalidated by the target or by our LOCAL_INV).
-    invalidated: bool,
-    /// The Send (or, after it, our LOCAL_INV) has completed.
+    /// Bytes it moves (or the range it covers).
+    len: u32,
+    /// Its pages were registered (the MR holds it until its key is proven dead).
+    registered: bool,
+    /// The Send has completed (its buffer is back).
     send_done: bool,
-    /// A LOCAL_INV is posted and not yet completed.
-    local_inv: bool,
     resp: Option<Response>,
+}
+
+impl Inflight {
+    /// Whether the exchange is over: the Send is back, the response is in, and the pages are
+    /// out of the MR.
+    fn is_done(&self) -> bool {
+        self.send_done && self.resp.is_some() && !self.registered
+    }
 }
 
 #[derive(Default)]
@@ -84,9 +89,8 @@ struct Inner {
     conn: Option<Conn<QueueWatch>>,
     send_credits: CreditSender,
     recv_credits: CreditReceiver,
+    tags: Tags<SLOTS>,
     slots: KVec<Slot>,
-    /// Set on the first error: no new requests; the disk is resetting the connection.
-    failed: bool,
     /// When the last response arrived (ms, ktime), and when an unanswered keepalive was sent.
     last_rx_ms: i64,
     keepalive_sent_ms: Option<i64>,
@@ -95,35 +99,39 @@ struct Inner {
 /// One hardware queue's connection.
 #[pin_data]
 pub(crate) struct RdmaQueue {
-    disk: Arc<DiskDev>,
-    qid: u16,
+    host: Arc<dyn QueueHost>,
+    id: ConnId,
+    /// Set on the first error: no new requests; the disk is resetting the connection. Read
+    /// without the lock (the disk checks it under its own).
+    failed: AtomicBool,
+    /// The RDMA device the connection is on, once connected (0 before); fixed afterwards.
+    dev: AtomicUsize,
     #[pin]
     inner: SpinLock<Inner>,
 }
 
-/// Reports the connection's CM events after it is established: each means it is failing.
+/// Hears the connection's CM events (each means it is failing) and its MRs' completions.
 pub(crate) struct QueueWatch {
-    disk: Arc<DiskDev>,
-    qid: u16,
+    queue: Arc<RdmaQueue>,
 }
 
 impl Watcher for QueueWatch {
+    type Pdu = Pdu;
+
     fn event(&self, ev: &CmEvent) {
         if !matches!(ev, CmEvent::TimewaitExit) {
-            pr_warn!(
-                "{}: queue {}: CM event {}\n",
-                self.disk.name(),
-                self.qid,
-                ev.name()
-            );
-            self.disk.queue_failed(Transport::Rdma);
+            self.queue.fail(ev.name());
         }
+    }
+
+    fn mr_event(&self, ev: MrEvent) {
+        self.queue.on_mr_event(ev);
     }
 }
 
 struct SendCtx {
     queue: Arc<RdmaQueue>,
-    tag: u32,
+    slot: u16,
 }
 
 impl MsgOwner for SendCtx {
@@ -144,34 +152,63 @@ impl MsgOwner for RecvCtx {
     }
 }
 
+/// What a finished exchange hands to be completed outside the lock.
+struct Done {
+    rq: DiskRq,
+    op: Opcode,
+    resp: Response,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    kernel::time::Ktime::ktime_get().to_ms()
+}
+
 impl RdmaQueue {
-    /// Connects queue `qid` of `disk`; returns it with the target's Hello reply.
-    pub(crate) fn connect(disk: &Arc<DiskDev>, qid: u16) -> Result<(Arc<Self>, HelloReply)> {
+    /// Connects queue `id.qid` of `host`'s disk as part of connection set `id.epoch`, within
+    /// `budget_ms`; returns it with the target's Hello reply. May sleep.
+    pub(crate) fn connect(
+        host: &Arc<dyn QueueHost>,
+        id: ConnId,
+        budget_ms: u32,
+    ) -> Result<(Arc<Self>, HelloReply)> {
+        let info = host.info();
+        if info.faults.hit(Fault::FailConnect) {
+            pr_warn!(
+                "{}: queue {}: RDMA connect failed (injected)\n",
+                info.name(),
+                id.qid
+            );
+            return Err(crate::rdma_conn::errno(kernel::bindings::ETIMEDOUT));
+        }
         let q = Arc::pin_init(
             pin_init!(Self {
-                disk: disk.clone(),
-                qid,
+                host: host.clone(),
+                id,
+                failed: AtomicBool::new(false),
+                dev: AtomicUsize::new(DeviceId::NONE.to_bits()),
                 inner <- new_spinlock!(Inner {
                     conn: None,
                     send_credits: CreditSender::new(0),
                     recv_credits: CreditReceiver::new(),
+                    tags: Tags::new(),
                     slots: KVec::new(),
-                    failed: false,
                     last_rx_ms: now_ms(),
                     keepalive_sent_ms: None,
-                }, "rdmadisk::queue"),
+                }, "rdmadisk::rdma_queue"),
             }),
             GFP_KERNEL,
         )?;
         let depth = u32::from(QUEUE_DEPTH);
         let spec = ConnSpec {
-            who: disk.name(),
-            peer: disk.peer,
-            export: disk.export,
-            queue_id: qid,
-            queue_count: disk.nr_queues,
+            who: info.name(),
+            peer: info.peer,
+            export: info.export,
+            queue_id: id.qid,
+            queue_count: info.nr_queues,
+            session_id: info.session_id,
+            epoch: id.epoch,
             caps: QpCaps {
-                // REG_MR, SEND and a LOCAL_INV per tag.
+                // REG_MR, SEND and a LOCAL_INV per tag, and the keepalive's SEND.
                 send_wr: 3 * depth + 1,
                 recv_wr: depth + 1,
                 mrs: depth,
@@ -179,19 +216,15 @@ impl RdmaQueue {
             },
             cq_entries: 4 * depth + 2,
             poll: PollCtx::Workqueue,
-            budget_ms: CONNECT_BUDGET_MS,
+            budget_ms,
         };
-        let watch = QueueWatch {
-            disk: disk.clone(),
-            qid,
-        };
+        let watch = QueueWatch { queue: q.clone() };
         let res = rdma_conn::connect(&spec, ConnEvents::new(watch)?, |cm, pd| {
-            let mut slots = KVec::with_capacity(QUEUE_DEPTH.into(), GFP_KERNEL)?;
-            // One more Send buffer than tags, for keepalives.
-            for tag in 0..=KEEPALIVE_TAG {
+            let mut slots = KVec::with_capacity(SLOTS, GFP_KERNEL)?;
+            for slot in 0..SLOTS as u16 {
                 let ctx = SendCtx {
                     queue: q.clone(),
-                    tag,
+                    slot,
                 };
                 let send = Msg::new(pd, REQUEST_LEN, MsgDir::Send, ctx)?;
                 slots.push(
@@ -216,6 +249,7 @@ impl RdmaQueue {
         match res {
             Ok(conn) => {
                 let reply = conn.reply;
+                q.dev.store(conn.dev.id().to_bits(), Ordering::Release);
                 let mut g = q.inner.lock();
                 g.send_credits = CreditSender::new(reply.initial_credits);
                 g.conn = Some(conn);
@@ -232,7 +266,11 @@ impl RdmaQueue {
     }
 
     fn stats(&self) -> &Stats {
-        &self.disk.stats
+        &self.host.info().stats
+    }
+
+    fn name(&self) -> &str {
+        self.host.info().name()
     }
 
     /// Sends `rq`. `Err` gives it back with `Resource` when it must wait (no credit, the
@@ -241,107 +279,164 @@ impl RdmaQueue {
         self: &Arc<Self>,
         rq: DiskRq,
     ) -> core::result::Result<(), (DiskRq, BlkStatus)> {
-        let Some(mut req) = io::request(&rq) else {
+        let Some(op) = io::opcode(&rq) else {
             return Err((rq, BlkStatus::NotSupp));
         };
-        let op = req.opcode;
+        let info = self.host.info();
         let access = match op {
             Opcode::Read => Some(RemoteAccess::Write),
             Opcode::Write => Some(RemoteAccess::Read),
             _ => None,
-        };
-        let dev: DeviceRef = {
-            let g = self.inner.lock();
-            match &g.conn {
-                Some(c) if !g.failed && self.disk.credit_ok(&g.send_credits) => c.dev.clone(),
-                Some(_) if !g.failed => {
-                    Stats::inc(&self.stats().credit_waits);
-                    return Err((rq, BlkStatus::Resource));
-                }
-                _ => return Err((rq, BlkStatus::Resource)),
-            }
-        };
-        let data = match access {
-            Some(a) if rq.bytes() > 0 => match DmaRq::map(rq, &dev, a) {
-                Ok(d) => Data::Mapped(d),
-                Err((rq, e)) => {
-                    pr_warn!("{}: mapping a request failed: {e:?}\n", self.disk.name());
-                    return Err((rq, BlkStatus::Resource));
-                }
-            },
-            _ => Data::None(rq),
-        };
-        let tag = req.tag;
-
+        }
+        .filter(|_| rq.bytes() > 0);
+        let slot = rq.tag() as u16;
+        let len = rq.bytes();
+        // The write's CRC is computed before the lock is taken; the id is known only under it.
+        let mut req = io::request(info, &rq, op, ReqId::default());
         let mut guard = self.inner.lock();
         let g = &mut *guard;
-        let ready = !g.failed && g.conn.is_some() && self.disk.credit_ok(&g.send_credits);
-        let msg = match g.slots.get_mut(tag as usize) {
-            Some(slot) if ready && slot.io.is_none() => slot.send.take(),
-            _ => None,
+        if self.is_failed() || g.conn.is_none() {
+            return Err((rq, BlkStatus::Resource));
+        }
+        if !info.credit_ok(&g.send_credits) {
+            Stats::inc(&self.stats().credit_waits);
+            return Err((rq, BlkStatus::Resource));
+        }
+        let Some(msg) = g
+            .slots
+            .get_mut(usize::from(slot))
+            .and_then(|s| s.send.take())
+        else {
+            // The tag's previous exchange has not given its Send buffer back yet.
+            return Err((rq, BlkStatus::Resource));
         };
-        let (Some(msg), Some(conn)) = (msg, g.conn.as_ref()) else {
-            return Err((data.into_rq(), BlkStatus::Resource));
+        let id = match g.tags.issue(slot) {
+            Ok(id) => id,
+            Err(_) => {
+                g.slots[usize::from(slot)].send = Some(msg);
+                return Err((rq, BlkStatus::Resource));
+            }
         };
-        g.send_credits.try_consume();
+        req.tag = id.tag();
         req.credits = g.recv_credits.take_grant();
-        let posted = match (&data, access) {
-            (Data::Mapped(d), Some(a)) => conn
-                .cm
-                .post_reg_send(tag, d, a, msg, |buf, mr| {
-                    req.buf = RemoteBuf {
-                        addr: mr.addr,
-                        rkey: mr.rkey,
-                        len: mr.len,
-                    };
-                    if let Some(out) = buf.first_chunk_mut() {
-                        req.encode(out);
-                    }
-                })
-                .map(|mr| Some(mr.rkey)),
-            _ => {
+        let Some(conn) = g.conn.as_mut() else {
+            return Err((rq, BlkStatus::Resource));
+        };
+        let posted = match access {
+            Some(access) => Self::post_data(info, conn, slot, rq, access, msg, &mut req),
+            None => {
                 let mut msg = msg;
                 if let Some(out) = msg.data_mut().first_chunk_mut() {
                     req.encode(out);
                 }
-                conn.cm.post_send(msg).map(|()| None)
+                match conn.cm.post_send(msg) {
+                    Ok(()) => Ok(Some(rq)),
+                    Err((e, msg)) => Err((e, Some(rq), msg, false)),
+                }
             }
         };
-        let slot = &mut g.slots[tag as usize];
         match posted {
-            Ok(rkey) => {
-                slot.io = Some(Inflight {
-                    data,
+            Ok(rq) => {
+                g.send_credits.try_consume();
+                g.slots[usize::from(slot)].io = Some(Inflight {
+                    registered: rq.is_none(),
+                    rq,
                     op,
-                    rkey,
-                    invalidated: false,
+                    len,
                     send_done: false,
-                    local_inv: false,
                     resp: None,
                 });
                 let hw = u64::from(g.send_credits.high_water());
                 self.stats()
                     .max_outstanding
                     .fetch_max(hw, Ordering::Relaxed);
+                if info.faults.hit(Fault::QpError) {
+                    if let Some(c) = g.conn.as_ref() {
+                        let _ = c.cm.force_error();
+                    }
+                }
                 Ok(())
             }
-            Err((e, msg)) => {
-                slot.send = Some(msg);
+            Err((e, rq, msg, stuck)) => {
+                g.slots[usize::from(slot)].send = Some(msg);
                 g.recv_credits.return_grant(req.credits);
-                pr_err!(
-                    "{}: queue {}: posting a request failed: {e:?}\n",
-                    self.disk.name(),
-                    self.qid
-                );
-                self.fail_locked(g, "a post failed");
+                if stuck {
+                    // The REG_MR went out but not the Send: the MR holds the request until
+                    // the connection is closed, so it is in flight as far as blk-mq knows.
+                    g.slots[usize::from(slot)].io = Some(Inflight {
+                        rq: None,
+                        op,
+                        len,
+                        registered: true,
+                        send_done: true,
+                        resp: None,
+                    });
+                } else {
+                    g.tags.release(slot);
+                }
+                if e != EAGAIN {
+                    pr_err!(
+                        "{}: queue {}: posting a request failed: {e:?}\n",
+                        self.name(),
+                        self.id.qid
+                    );
+                    self.fail_locked(g, "a post failed");
+                }
                 drop(guard);
-                Err((data.into_rq(), BlkStatus::Resource))
+                match rq {
+                    Some(rq) => Err((rq, BlkStatus::Resource)),
+                    None => Ok(()),
+                }
             }
         }
     }
 
-    /// Marks the connection failed (once) and asks the disk to reset it.
-    fn fail(&self, why: &str) {
+    /// Maps and registers `rq`'s pages and posts REG_MR + SEND. `Ok(None)`: the MR holds the
+    /// request. On error: the error, the request if it came back, the message, and whether the
+    /// REG_MR went out without its Send (the request is then stuck in the MR).
+    #[allow(clippy::type_complexity)]
+    fn post_data(
+        info: &crate::host::DiskInfo,
+        conn: &mut Conn<QueueWatch>,
+        slot: u16,
+        rq: DiskRq,
+        access: RemoteAccess,
+        msg: KBox<Msg<SendCtx>>,
+        req: &mut Request,
+    ) -> core::result::Result<Option<DiskRq>, (Error, Option<DiskRq>, KBox<Msg<SendCtx>>, bool)>
+    {
+        if info.faults.hit(Fault::FailMrReg) {
+            // As a failed `ib_map_mr_sg` would: the request waits and is tried again.
+            return Err((EAGAIN, Some(rq), msg, false));
+        }
+        let data = match DmaRq::map(rq, &conn.dev, access) {
+            Ok(d) => d,
+            Err((rq, e)) => {
+                pr_warn!("{}: mapping a request failed: {e:?}\n", info.name());
+                return Err((EAGAIN, Some(rq), msg, false));
+            }
+        };
+        let res = conn
+            .cm
+            .post_reg_send(u32::from(slot), data, access, msg, |buf, mr| {
+                req.buf = RemoteBuf {
+                    addr: mr.addr,
+                    rkey: mr.rkey,
+                    len: mr.len,
+                };
+                if let Some(out) = buf.first_chunk_mut() {
+                    req.encode(out);
+                }
+            });
+        match res {
+            Ok(_) => Ok(None),
+            Err((e, Some(data), msg)) => Err((e, Some(data.unmap()), msg, false)),
+            Err((e, None, msg)) => Err((e, None, msg, true)),
+        }
+    }
+
+    /// Marks the connection failed (once) and tells the disk.
+    pub(crate) fn fail(&self, why: &str) {
         self.fail_locked(&mut self.inner.lock(), why);
     }
 
@@ -351,54 +446,53 @@ impl RdmaQueue {
     }
 
     fn fail_locked(&self, g: &mut Inner, why: &str) {
-        self.disk
-            .connection_failed(&mut g.failed, self.qid, Transport::Rdma, why);
+        if self.failed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if g.conn.is_some() {
+            pr_err!(
+                "{}: queue {} (RDMA, set {}): {why}; resetting the connection\n",
+                self.name(),
+                self.id.qid,
+                self.id.epoch
+            );
+        }
+        self.host.clone().queue_failed(self.id, Transport::Rdma);
     }
 
     fn on_send(&self, msg: KBox<Msg<SendCtx>>, wc: &Wc) {
-        let tag = msg.owner().tag;
-        if !wc.is_ok() {
-            // A flush outside our own teardown (which marks the queue failed first, making
-            // this quiet) means the QP went to the error state on its own, e.g. after a
-            // responder error: the requests on it will never complete, so reset now rather
-            // than wait for their timeouts.
-            if !wc.is_flush() {
-                pr_err!(
-                    "{}: queue {}: Send of tag {tag} failed: {} (status {}, vendor {:#x})\n",
-                    self.disk.name(),
-                    self.qid,
-                    wc.status_str(),
-                    wc.status,
-                    wc.vendor_err
-                );
-            }
-            self.fail("a Send failed or was flushed");
-            return;
-        }
+        let slot = msg.owner().slot;
         let mut guard = self.inner.lock();
         let g = &mut *guard;
-        let Some(slot) = g.slots.get_mut(tag as usize) else {
-            return;
-        };
-        slot.send = Some(msg);
-        let Some(io) = slot.io.as_mut() else {
-            return;
-        };
-        if io.local_inv {
-            io.local_inv = false;
-            if let (Some(conn), Some(rkey)) = (&g.conn, io.rkey) {
-                io.invalidated = conn.cm.mr_invalidated(tag, rkey);
+        if !wc.is_ok() {
+            // A flush we did not cause (our teardown takes the connection first) means the
+            // QP went to the error state on its own, e.g. after a responder error: the
+            // requests on it will never complete, so reset now rather than wait for timeouts.
+            if !wc.is_flush() && g.conn.is_some() {
+                pr_err!(
+                    "{}: queue {}: Send of slot {slot} failed: {} (status {}, vendor {:#x})\n",
+                    self.name(),
+                    self.id.qid,
+                    wc.status_str(),
+                    wc.status(),
+                    wc.vendor_err()
+                );
             }
+            return self.fail_locked(g, "a Send failed or was flushed");
         }
-        io.send_done = true;
-        if io.resp.is_none() {
+        let Some(s) = g.slots.get_mut(usize::from(slot)) else {
+            return;
+        };
+        s.send = Some(msg);
+        if slot == KEEPALIVE_SLOT {
             return;
         }
-        let done = self.advance(g, tag);
-        drop(guard);
-        if let Some(done) = done {
-            done.complete(&self.disk);
+        if let Some(io) = s.io.as_mut() {
+            io.send_done = true;
         }
+        let done = Self::take_done(g, slot);
+        drop(guard);
+        self.complete(done);
     }
 
     fn on_recv(&self, msg: KBox<Msg<RecvCtx>>, wc: &Wc) {
@@ -406,104 +500,212 @@ impl RdmaQueue {
             if !wc.is_flush() {
                 pr_err!(
                     "{}: queue {}: a Receive failed: {} (status {}, vendor {:#x})\n",
-                    self.disk.name(),
-                    self.qid,
+                    self.name(),
+                    self.id.qid,
                     wc.status_str(),
-                    wc.status,
-                    wc.vendor_err
+                    wc.status(),
+                    wc.vendor_err()
                 );
             }
             // As for Sends: a flush we did not cause means the QP is in the error state.
-            self.fail("a Receive failed or was flushed");
-            return;
+            return self.fail("a Receive failed or was flushed");
         }
-        let n = (wc.byte_len as usize).min(RESPONSE_LEN);
-        let resp = match Response::decode(&msg.data()[..n]) {
-            Ok(r) => r,
-            Err(e) => {
-                pr_err!("{}: undecodable response: {e:?}\n", self.disk.name());
-                return self.fail("undecodable response");
-            }
-        };
-        Stats::inc(&self.stats().responses);
+        let faults = &self.host.info().faults;
+        let dropped = faults.hit(Fault::DropResponse);
+        if !dropped && faults.hit(Fault::DelayResponse) {
+            // Completion handlers run in process context (IB_POLL_WORKQUEUE).
+            sleep_ms(faults.delay_ms());
+        }
+        let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
+        let resp = Response::decode(&msg.data()[..n]);
         let mut guard = self.inner.lock();
         let g = &mut *guard;
+        if g.conn.is_none() {
+            return;
+        }
         if g.recv_credits.on_message_received().is_err() {
             return self.fail_locked(g, "the target sent without a credit");
         }
-        g.send_credits.grant(resp.credits);
-        let Some(conn) = g.conn.as_ref() else {
-            return;
-        };
-        if conn.cm.post_recv(msg).is_err() {
+        let reposted = g.conn.as_ref().map(|c| c.cm.post_recv(msg));
+        if !matches!(reposted, Some(Ok(()))) {
             return self.fail_locked(g, "re-posting a receive failed");
         }
         g.recv_credits.on_recv_posted();
         g.last_rx_ms = now_ms();
-        let tag = resp.tag;
-        if tag == KEEPALIVE_TAG {
-            if g.keepalive_sent_ms.take().is_none() || wc.invalidated_rkey.is_some() {
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                pr_err!(
+                    "{}: queue {}: undecodable response: {e:?}\n",
+                    self.name(),
+                    self.id.qid
+                );
+                return self.fail_locked(g, "undecodable response");
+            }
+        };
+        Stats::inc(&self.stats().responses);
+        if dropped {
+            // Lost on the way, as far as the request knows: the credits it carried are not.
+            g.send_credits.grant(resp.credits);
+            return;
+        }
+        g.send_credits.grant(resp.credits);
+        let id = ReqId::from_tag(resp.tag);
+        if let Err(e) = g.tags.check(id) {
+            Stats::inc(&self.stats().stale_responses);
+            if wc.invalidated_rkey().is_some() {
+                return self
+                    .fail_locked(g, "a response for no request in flight invalidated a key");
+            }
+            pr_warn!(
+                "{}: queue {}: dropped a response (slot {} generation {}): {e}\n",
+                self.name(),
+                self.id.qid,
+                id.slot,
+                id.gen
+            );
+            return;
+        }
+        let _ = g.tags.answer(id);
+        if id.slot == KEEPALIVE_SLOT {
+            if g.keepalive_sent_ms.take().is_none() || wc.invalidated_rkey().is_some() {
                 return self.fail_locked(g, "unexpected keepalive response");
             }
             g.send_credits.complete();
             return;
         }
-        let Some(io) = g.slots.get_mut(tag as usize).and_then(|s| s.io.as_mut()) else {
-            return self.fail_locked(g, "response for a tag not in flight");
+        let Some(io) = g
+            .slots
+            .get_mut(usize::from(id.slot))
+            .and_then(|s| s.io.as_mut())
+        else {
+            return self.fail_locked(g, "response for a slot with no request");
         };
-        if io.resp.is_some() {
-            return self.fail_locked(g, "second response for a tag");
+        if !io::length_ok(io.op, io.len, &resp) {
+            return self.fail_locked(g, "response length differs from the request's");
         }
-        match (io.rkey, wc.invalidated_rkey) {
-            (Some(k), Some(inv)) if k == inv && conn.cm.mr_invalidated(tag, k) => {
-                io.invalidated = true;
-                Stats::inc(&self.stats().remote_invalidations);
-            }
-            (_, Some(inv)) => {
-                Stats::inc(&self.stats().rkey_mismatches);
-                pr_err!(
-                    "{}: queue {}: tag {tag}: the target invalidated rkey {inv:#x}, not {:#x?}\n",
-                    self.disk.name(),
-                    self.qid,
-                    io.rkey
-                );
-                return self.fail_locked(g, "wrong rkey invalidated");
-            }
-            (_, None) => {}
-        }
+        let registered = io.registered;
         io.resp = Some(resp);
-        if !io.send_done {
-            return;
-        }
-        let done = self.advance(g, tag);
-        drop(guard);
-        if let Some(done) = done {
-            done.complete(&self.disk);
-        }
-    }
-
-    /// Moves a tag whose Send and response are both in: a LOCAL_INV if its key is still
-    /// valid, else it is done and returned, to be completed after the lock is dropped.
-    fn advance(&self, g: &mut Inner, tag: u32) -> Option<Inflight> {
-        let slot = g.slots.get_mut(tag as usize)?;
-        let io = slot.io.as_mut()?;
-        if io.rkey.is_some() && !io.invalidated {
-            let conn = g.conn.as_ref()?;
-            let msg = slot.send.take()?;
-            io.local_inv = true;
-            io.send_done = false;
-            match conn.cm.post_local_inv(tag, msg) {
-                Ok(()) => Stats::inc(&self.stats().local_invalidations),
-                Err((_, msg)) => {
-                    slot.send = Some(msg);
-                    self.fail_locked(g, "posting a LOCAL_INV failed");
+        if registered {
+            let Some(conn) = g.conn.as_mut() else {
+                return;
+            };
+            match conn.cm.remote_invalidated(u32::from(id.slot), wc) {
+                Ok(rq) => {
+                    Stats::inc(&self.stats().remote_invalidations);
+                    if let Some(io) = g.slots[usize::from(id.slot)].io.as_mut() {
+                        io.rq = Some(rq);
+                        io.registered = false;
+                    }
+                }
+                Err(InvError::NotInvalidated) => {
+                    // The target left the key valid: invalidate it ourselves before the pages
+                    // go back (its completion comes as an `MrEvent`).
+                    Stats::inc(&self.stats().local_invalidations);
+                    if conn.cm.post_local_inv(u32::from(id.slot)).is_err() {
+                        return self.fail_locked(g, "posting a LOCAL_INV failed");
+                    }
+                }
+                Err(InvError::WrongKey {
+                    invalidated,
+                    registered,
+                }) => {
+                    Stats::inc(&self.stats().rkey_mismatches);
+                    pr_err!(
+                        "{}: queue {}: slot {}: the target invalidated rkey {invalidated:#x}, not {registered:#x}\n",
+                        self.name(),
+                        self.id.qid,
+                        id.slot
+                    );
+                    return self.fail_locked(g, "wrong rkey invalidated");
+                }
+                Err(InvError::NotRegistered) => {
+                    return self.fail_locked(g, "response for a request not registered");
                 }
             }
+        } else if wc.invalidated_rkey().is_some() {
+            Stats::inc(&self.stats().rkey_mismatches);
+            return self.fail_locked(g, "a response for a request without data invalidated a key");
+        }
+        let done = Self::take_done(g, id.slot);
+        drop(guard);
+        self.complete(done);
+    }
+
+    fn on_mr_event(&self, ev: MrEvent) {
+        let (what, slot, status) = match ev {
+            MrEvent::Invalidated(token) => return self.on_local_inv(token),
+            MrEvent::InvalidateFailed { tag, status } => ("LOCAL_INV", tag, status),
+            MrEvent::RegFailed { tag, status } => ("REG_MR", tag, status),
+        };
+        // A flush only says the QP is in the error state already: that failure is reported
+        // where it happened.
+        if status != Wc::FLUSH {
+            pr_err!(
+                "{}: queue {}: {what} of slot {slot} failed (status {status})\n",
+                self.name(),
+                self.id.qid
+            );
+        }
+        self.fail(if what == "REG_MR" {
+            "a REG_MR failed"
+        } else {
+            "a LOCAL_INV failed"
+        });
+    }
+
+    fn on_local_inv(&self, token: InvToken) {
+        let slot = token.tag() as u16;
+        let mut guard = self.inner.lock();
+        let g = &mut *guard;
+        let Some(rq) = g.conn.as_mut().and_then(|c| c.cm.local_invalidated(token)) else {
+            return;
+        };
+        match g
+            .slots
+            .get_mut(usize::from(slot))
+            .and_then(|s| s.io.as_mut())
+        {
+            Some(io) => {
+                io.rq = Some(rq);
+                io.registered = false;
+            }
+            None => {
+                // Cannot happen: a registered request is always in flight. Requeue it rather
+                // than drop it.
+                drop(guard);
+                rq.requeue(true);
+                return;
+            }
+        }
+        let done = Self::take_done(g, slot);
+        drop(guard);
+        self.complete(done);
+    }
+
+    /// Takes `slot`'s exchange out if it is over, with its credit.
+    fn take_done(g: &mut Inner, slot: u16) -> Option<Done> {
+        let s = g.slots.get_mut(usize::from(slot))?;
+        if !s.io.as_ref().is_some_and(Inflight::is_done) {
             return None;
         }
-        let io = slot.io.take()?;
+        let io = s.io.take()?;
         g.send_credits.complete();
-        Some(io)
+        Some(Done {
+            rq: io.rq?,
+            op: io.op,
+            resp: io.resp?,
+        })
+    }
+
+    /// Ends or reissues a finished exchange's request (outside the lock).
+    fn complete(&self, done: Option<Done>) {
+        let Some(d) = done else {
+            return;
+        };
+        if io::finish(self.host.info(), d.rq, d.op, &d.resp, Via::Rdma) == io::Verdict::Superseded {
+            self.fail("the target fenced this connection: a newer one superseded it");
+        }
     }
 
     /// Tears the connection down (waiting for the QP to drain) and hands every request that
@@ -511,17 +713,26 @@ impl RdmaQueue {
     pub(crate) fn shutdown(&self, mut dispose: impl FnMut(DiskRq)) {
         let conn = {
             let mut g = self.inner.lock();
-            g.failed = true;
+            self.failed.store(true, Ordering::Release);
             g.conn.take()
         };
+        // Closing drains the QP: the registered requests come back only then.
         if let Some(conn) = conn {
-            conn.cm.disconnect();
-            drop(conn);
+            conn.close(&mut dispose);
         }
         loop {
-            let io = self.inner.lock().slots.iter_mut().find_map(|s| s.io.take());
+            let io = {
+                let mut g = self.inner.lock();
+                let io = g.slots.iter_mut().find_map(|s| s.io.take());
+                g.tags = Tags::new();
+                io
+            };
             match io {
-                Some(io) => dispose(io.data.into_rq()),
+                Some(io) => {
+                    if let Some(rq) = io.rq {
+                        dispose(rq);
+                    }
+                }
                 None => break,
             }
         }
@@ -530,41 +741,48 @@ impl RdmaQueue {
         drop(slots);
     }
 
-    /// Sends a NOP if nothing arrived for `interval_ms`; fails the connection if the last one
-    /// got no answer, and nothing else arrived, for `interval_ms`. A dead path is then found
-    /// while the disk is idle, not only when I/O times out.
+    /// The health check of a connection, run by the disk's session every half interval:
+    /// sends a NOP if nothing arrived for `interval_ms` (a credit allowing); fails the
+    /// connection if an unanswered NOP, or requests in flight, have seen nothing arrive for
+    /// twice that. A dead path or a frozen target is then found without waiting for the I/O
+    /// timeout, even when every credit is in use.
     pub(crate) fn keepalive(&self, interval_ms: u32) {
         let now = now_ms();
         let interval = i64::from(interval_ms);
         let mut guard = self.inner.lock();
         let g = &mut *guard;
-        if g.failed {
+        if self.is_failed() || g.conn.is_none() {
             return;
         }
+        let quiet = now - g.last_rx_ms;
         if let Some(sent) = g.keepalive_sent_ms {
             if now - sent.max(g.last_rx_ms) > interval {
                 self.fail_locked(g, "keepalive unanswered");
             }
             return;
         }
-        if now - g.last_rx_ms < interval || g.send_credits.available() == 0 {
+        if g.tags.in_flight() > 0 && quiet > 2 * interval {
+            return self.fail_locked(g, "no response while requests are in flight");
+        }
+        if quiet < interval || g.send_credits.available() == 0 {
             return;
         }
-        let Some(conn) = g.conn.as_ref() else {
-            return;
-        };
         let Some(mut msg) = g
             .slots
-            .get_mut(KEEPALIVE_TAG as usize)
+            .get_mut(usize::from(KEEPALIVE_SLOT))
             .and_then(|s| s.send.take())
         else {
+            return;
+        };
+        let Ok(id) = g.tags.issue(KEEPALIVE_SLOT) else {
+            g.slots[usize::from(KEEPALIVE_SLOT)].send = Some(msg);
             return;
         };
         let req = Request {
             opcode: Opcode::Nop,
             flags: 0,
             credits: g.recv_credits.take_grant(),
-            tag: KEEPALIVE_TAG,
+            tag: id.tag(),
             sector: 0,
             length: 0,
             data_crc: 0,
@@ -573,6 +791,9 @@ impl RdmaQueue {
         if let Some(out) = msg.data_mut().first_chunk_mut() {
             req.encode(out);
         }
+        let Some(conn) = g.conn.as_ref() else {
+            return;
+        };
         match conn.cm.post_send(msg) {
             Ok(()) => {
                 g.send_credits.try_consume();
@@ -581,35 +802,25 @@ impl RdmaQueue {
             }
             Err((_, msg)) => {
                 g.recv_credits.return_grant(req.credits);
-                if let Some(slot) = g.slots.get_mut(KEEPALIVE_TAG as usize) {
-                    slot.send = Some(msg);
-                }
+                g.tags.release(KEEPALIVE_SLOT);
+                g.slots[usize::from(KEEPALIVE_SLOT)].send = Some(msg);
                 self.fail_locked(g, "posting a keepalive failed");
             }
         }
     }
 
-    /// Whether the connection is on the RDMA device named `dev`.
-    pub(crate) fn on_device(&self, dev: &CStr) -> bool {
-        let g = self.inner.lock();
-        g.conn
-            .as_ref()
-            .is_some_and(|c| c.dev.name().as_bytes() == dev.as_bytes())
+    /// Whether the connection is on the RDMA device `dev`.
+    pub(crate) fn on_device(&self, dev: DeviceId) -> bool {
+        DeviceId::from_bits(self.dev.load(Ordering::Acquire)) == dev
+    }
+
+    /// Largest request this connection's MRs can map.
+    pub(crate) fn max_io_bytes(&self) -> u32 {
+        MAX_IO_BYTES
     }
 
     /// True if the connection failed or is gone.
     pub(crate) fn is_failed(&self) -> bool {
-        self.inner.lock().failed
-    }
-}
-
-impl Inflight {
-    /// Once its exchange is over: unmaps, and ends or retries the request by its response.
-    fn complete(self, disk: &DiskDev) {
-        let rq = self.data.into_rq();
-        match self.resp {
-            Some(resp) => io::finish(disk, rq, self.op, &resp, Via::Rdma),
-            None => rq.requeue(true),
-        }
+        self.failed.load(Ordering::Acquire)
     }
 }

@@ -17,6 +17,8 @@ mod kapi;
 
 mod ctl;
 mod disk;
+mod faults;
+mod host;
 mod io;
 mod map;
 mod probe;
@@ -42,12 +44,12 @@ module! {
 }
 
 struct RdmaDisk {
-    // Unmapped first, in `drop`.
+    // Teardown order (see `drop`): the control directory goes first, so that no map can
+    // start or still run; then every disk is unmapped; then the fields below drop in order:
+    // stop hearing about RDMA devices, remove the class.
+    ctl_dev: Option<sysfs::ClassDevice<ctl::Ctl>>,
     disks: Arc<map::DiskTable>,
-    // Field order is teardown order: stop hearing about RDMA devices first, then remove the
-    // control directory, then its class.
     _ib: Pin<KBox<ib_client::Registration<rdma_devices::RdmaDevices>>>,
-    _ctl_dev: sysfs::ClassDevice<ctl::Ctl>,
     _class: sysfs::Class,
 }
 
@@ -61,9 +63,9 @@ impl kernel::Module for RdmaDisk {
         let ib = ib_client::Registration::new(c_str!("rdmadisk"), devices)?;
         pr_info!("loaded\n");
         Ok(Self {
+            ctl_dev: Some(ctl_dev),
             disks,
             _ib: ib,
-            _ctl_dev: ctl_dev,
             _class: class,
         })
     }
@@ -72,6 +74,9 @@ impl kernel::Module for RdmaDisk {
 impl Drop for RdmaDisk {
     fn drop(&mut self) {
         pr_info!("unloading\n");
+        // Waits for a running `map_device` (which holds a module reference, so an unload
+        // cannot even begin during one) and makes new ones impossible.
+        drop(self.ctl_dev.take());
         self.disks.delete_all();
     }
 }

@@ -83,6 +83,15 @@ counters! {
     tcp_connects,
     /// Keepalive NOPs sent on a quiet RDMA connection.
     keepalives,
+    /// Responses dropped because their request id named no request in flight: a duplicate, a
+    /// replay, a stranger, or an earlier use of a reissued slot.
+    stale_responses,
+    /// Requests the target refused as fenced (a newer connection set superseded theirs).
+    fenced,
+    /// Connection attempts that failed, either transport.
+    connect_failures,
+    /// Times a disk with no connection failed its waiting I/O at `fast_io_fail_s`.
+    fast_io_fails,
 }
 
 impl Stats {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! One hardware queue's TCP connection: the same messages as on RDMA, in frames
-//! (DESIGN.md, "The TCP path"). A request frame carries the write data after it; a response
+//! (docs/design.md, "The TCP path"). A request frame carries the write data after it; a response
 //! frame carries the read data. The CRC covers the data exactly as on RDMA and is checked,
 //! and retried, by the same code ([`io::finish`]); credits are counted the same way.
 //!
@@ -10,32 +10,39 @@
 //! says data is there and reads without blocking, resuming a frame where it stopped. The two
 //! run independently, so a send blocked on a full socket never keeps responses unread (the
 //! target answers one request at a time and would wait for us).
+//!
+//! Responses are matched by request id as on RDMA; on TCP any mismatch resets the connection
+//! (a stray response cannot be skipped without trusting its length), and so does any other
+//! protocol violation. Both works run on the disk's reclaim-safe workqueue.
 
-use core::mem;
+use core::{
+    mem,
+    sync::atomic::{AtomicBool, Ordering},
+};
 use kernel::{
     bindings as kb, new_mutex, new_spinlock, new_work,
     prelude::*,
     sync::{Arc, Mutex, SpinLock},
-    workqueue::{self, impl_has_work, Work, WorkItem},
+    workqueue::{impl_has_work, Work, WorkItem},
 };
 
-use crate::disk::{DiskDev, DiskRq};
+use crate::faults::Fault;
+use crate::host::{ConnId, DiskRq, QueueHost};
 use crate::io::{self, Via};
 use crate::kapi::blk_mq::BlkStatus;
+use crate::kapi::delay::sleep_ms;
 use crate::kapi::socket::{SockEvents, TcpSocket};
 use crate::kapi::work;
 use crate::proto::credits::CreditSender;
 use crate::proto::policy::Transport;
+use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, Request, Response, Status,
-    FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
+    FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, ReqId, Request, Response,
+    Status, FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::errno;
-use crate::rdma_queue::QUEUE_DEPTH;
+use crate::rdma_queue::{now_ms, QUEUE_DEPTH};
 use crate::stats::Stats;
-
-/// Set-up budget of one connection: TCP connect, then the Hello exchange.
-const CONNECT_BUDGET_MS: u32 = 10_000;
 
 type Socket = TcpSocket<TcpQueue>;
 
@@ -62,13 +69,13 @@ enum Slot {
 
 /// Tags waiting for the send work, oldest first.
 struct Ring {
-    tags: [u32; QUEUE_DEPTH as usize],
+    tags: [u16; QUEUE_DEPTH as usize],
     head: usize,
     len: usize,
 }
 
 impl Ring {
-    fn push(&mut self, tag: u32) -> bool {
+    fn push(&mut self, tag: u16) -> bool {
         if self.len == self.tags.len() {
             return false;
         }
@@ -77,7 +84,7 @@ impl Ring {
         true
     }
 
-    fn pop(&mut self) -> Option<u32> {
+    fn pop(&mut self) -> Option<u16> {
         if self.len == 0 {
             return None;
         }
@@ -92,10 +99,11 @@ struct Inner {
     /// `None` once torn down.
     sock: Option<Arc<Socket>>,
     credits: CreditSender,
+    tags: Tags<{ QUEUE_DEPTH as usize }>,
     slots: KVec<Slot>,
+    /// When the last response arrived (ms, ktime).
+    last_rx_ms: i64,
     pending: Ring,
-    /// Set on the first error: no new requests; the disk is resetting the connection.
-    failed: bool,
 }
 
 /// Where the receive work is within the byte stream.
@@ -121,8 +129,11 @@ impl Rx {
 /// One hardware queue's TCP connection.
 #[pin_data]
 pub(crate) struct TcpQueue {
-    disk: Arc<DiskDev>,
-    qid: u16,
+    host: Arc<dyn QueueHost>,
+    id: ConnId,
+    /// Set on the first error: no new requests; the disk is resetting the connection. Read
+    /// without the lock (the disk checks it under its own).
+    failed: AtomicBool,
     #[pin]
     inner: SpinLock<Inner>,
     /// The receive work's position; only it (and `shutdown`, after flushing it) looks.
@@ -168,7 +179,7 @@ impl SockEvents for TcpQueue {
 
 /// Queues the receive work. Any context.
 fn kick_rx(q: &Arc<TcpQueue>) {
-    let _ = workqueue::system_unbound().enqueue::<_, 2>(q.clone());
+    let _ = q.host.info().wq.queue().enqueue::<_, 2>(q.clone());
 }
 
 /// Frame header + message, as one buffer.
@@ -185,23 +196,39 @@ fn frame<const N: usize>(kind: FrameKind, msg: &[u8], data_len: u32) -> [u8; N] 
 }
 
 impl TcpQueue {
-    /// Connects queue `qid` of `disk` to the target's TCP port; returns it with the target's
-    /// Hello reply. May sleep.
-    pub(crate) fn connect(disk: &Arc<DiskDev>, qid: u16) -> Result<(Arc<Self>, HelloReply)> {
+    /// Connects queue `id.qid` of `host`'s disk to the target's TCP port, as part of
+    /// connection set `id.epoch`, within `budget_ms`; returns it with the target's Hello
+    /// reply. May sleep.
+    pub(crate) fn connect(
+        host: &Arc<dyn QueueHost>,
+        id: ConnId,
+        budget_ms: u32,
+    ) -> Result<(Arc<Self>, HelloReply)> {
+        let disk = host.info();
+        let qid = id.qid;
+        if disk.faults.hit(Fault::FailConnect) {
+            pr_warn!(
+                "{}: queue {qid}: TCP connect failed (injected)\n",
+                disk.name()
+            );
+            return Err(errno(kb::ETIMEDOUT));
+        }
         let mut slots = KVec::with_capacity(QUEUE_DEPTH.into(), GFP_KERNEL)?;
         for _ in 0..QUEUE_DEPTH {
             slots.push(Slot::Free, GFP_KERNEL)?;
         }
         let q = Arc::pin_init(
             pin_init!(Self {
-                disk: disk.clone(),
-                qid,
+                host: host.clone(),
+                id,
+                failed: AtomicBool::new(false),
                 inner <- new_spinlock!(Inner {
                     sock: None,
                     credits: CreditSender::new(0),
+                    tags: Tags::new(),
                     slots,
+                    last_rx_ms: now_ms(),
                     pending: Ring { tags: [0; QUEUE_DEPTH as usize], head: 0, len: 0 },
-                    failed: false,
                 }, "rdmadisk::tcp_queue"),
                 rx <- new_mutex!(Rx::head(), "rdmadisk::tcp_queue::rx"),
                 tx_work <- new_work!("rdmadisk::tcp_queue::tx"),
@@ -211,7 +238,7 @@ impl TcpQueue {
         )?;
         let peer = disk.tcp_peer();
         let mut sock =
-            Socket::connect(peer.addr, peer.port, CONNECT_BUDGET_MS).inspect_err(|e| {
+            Socket::connect(peer.addr, peer.port, budget_ms.max(1)).inspect_err(|e| {
                 pr_err!(
                     "{}: queue {qid}: TCP connect to {peer} failed: {e:?}\n",
                     disk.name()
@@ -231,19 +258,21 @@ impl TcpQueue {
             g.sock = Some(sock);
         }
         Stats::inc(&disk.stats.tcp_connects);
+        q.inner.lock().last_rx_ms = now_ms();
         // Anything that arrived before the hook was in place.
         kick_rx(&q);
         Ok((q, reply))
     }
 
     fn hello(&self, sock: &Socket) -> Result<HelloReply> {
-        let d = &self.disk;
+        let d = self.host.info();
         let hello = Hello {
             flags: 0,
-            queue_id: self.qid,
+            queue_id: self.id.qid,
             queue_count: d.nr_queues,
             recv_credits: QUEUE_DEPTH,
-            session_id: 0,
+            session_id: d.session_id,
+            epoch: self.id.epoch,
             export: d.export,
         };
         let out: [u8; FRAME_HEADER_LEN + HELLO_LEN] = frame(FrameKind::Hello, &hello.to_bytes(), 0);
@@ -260,7 +289,7 @@ impl TcpQueue {
             pr_err!(
                 "{}: queue {}: no valid Hello reply over TCP from {}\n",
                 d.name(),
-                self.qid,
+                self.id.qid,
                 d.tcp_peer()
             );
             return Err(errno(kb::EPROTO));
@@ -269,12 +298,20 @@ impl TcpQueue {
             pr_err!(
                 "{}: queue {}: REJECTED over TCP by the target: {:?}\n",
                 d.name(),
-                self.qid,
+                self.id.qid,
                 reply.status
             );
             return Err(errno(kb::ECONNREFUSED));
         }
         Ok(reply)
+    }
+
+    fn name(&self) -> &str {
+        self.host.info().name()
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.host.info().stats
     }
 
     /// Queues `rq` for sending. `Err` gives it back with `Resource` when it must wait (no
@@ -283,78 +320,87 @@ impl TcpQueue {
         self: &Arc<Self>,
         rq: DiskRq,
     ) -> core::result::Result<(), (DiskRq, BlkStatus)> {
-        let Some(mut req) = io::request(&rq) else {
+        let Some(op) = io::opcode(&rq) else {
             return Err((rq, BlkStatus::NotSupp));
         };
+        let info = self.host.info();
+        let mut req = io::request(info, &rq, op, ReqId::default());
         // The data travels inline, with no remote buffer; `buf.len` still states its length,
         // so that the target checks requests on both transports by the same rules.
-        if req.opcode.has_data() {
+        if op.has_data() {
             req.buf.len = req.length;
         }
-        let tag = req.tag as usize;
-        {
-            let mut guard = self.inner.lock();
-            let g = &mut *guard;
-            if g.failed || g.sock.is_none() {
-                return Err((rq, BlkStatus::Resource));
-            }
-            if !self.disk.credit_ok(&g.credits) {
-                Stats::inc(&self.disk.stats.credit_waits);
-                return Err((rq, BlkStatus::Resource));
-            }
-            match g.slots.get_mut(tag) {
-                Some(slot @ Slot::Free) if g.pending.push(req.tag) => {
-                    *slot = Slot::Queued(Io { rq, req });
-                }
-                _ => return Err((rq, BlkStatus::Resource)),
-            }
-            g.credits.try_consume();
-            let hw = u64::from(g.credits.high_water());
-            self.disk
-                .stats
-                .max_outstanding
-                .fetch_max(hw, core::sync::atomic::Ordering::Relaxed);
-            // Queued under the lock, so that `shutdown` (which marks the queue failed under
-            // it, then flushes the work) cannot miss it.
-            let _ = workqueue::system_unbound().enqueue::<_, 1>(self.clone());
+        let slot = rq.tag() as u16;
+        let mut guard = self.inner.lock();
+        let g = &mut *guard;
+        if self.is_failed() || g.sock.is_none() {
+            return Err((rq, BlkStatus::Resource));
         }
+        if !info.credit_ok(&g.credits) {
+            Stats::inc(&self.stats().credit_waits);
+            return Err((rq, BlkStatus::Resource));
+        }
+        if !matches!(g.slots.get(usize::from(slot)), Some(Slot::Free)) {
+            return Err((rq, BlkStatus::Resource));
+        }
+        let Ok(id) = g.tags.issue(slot) else {
+            return Err((rq, BlkStatus::Resource));
+        };
+        if !g.pending.push(slot) {
+            g.tags.release(slot);
+            return Err((rq, BlkStatus::Resource));
+        }
+        req.tag = id.tag();
+        g.slots[usize::from(slot)] = Slot::Queued(Io { rq, req });
+        g.credits.try_consume();
+        let hw = u64::from(g.credits.high_water());
+        self.stats()
+            .max_outstanding
+            .fetch_max(hw, core::sync::atomic::Ordering::Relaxed);
+        // Queued under the lock, so that `shutdown` (which marks the queue failed under it,
+        // then flushes the work) cannot miss it.
+        let _ = info.wq.queue().enqueue::<_, 1>(self.clone());
         Ok(())
     }
 
     /// The send work: writes queued requests until none is left or the connection fails.
     fn send_pending(&self) {
         loop {
-            let (sock, tag, io) = {
+            let (sock, slot, io) = {
                 let mut guard = self.inner.lock();
                 let g = &mut *guard;
-                let Some(sock) = g.sock.clone().filter(|_| !g.failed) else {
+                let Some(sock) = g.sock.clone().filter(|_| !self.is_failed()) else {
                     return;
                 };
-                let Some(tag) = g.pending.pop() else {
+                let Some(slot) = g.pending.pop() else {
                     return;
                 };
-                let Some(slot) = g.slots.get_mut(tag as usize) else {
+                let Some(s) = g.slots.get_mut(usize::from(slot)) else {
                     return;
                 };
-                match mem::replace(slot, Slot::Sending) {
-                    Slot::Queued(io) => (sock, tag, io),
+                match mem::replace(s, Slot::Sending) {
+                    Slot::Queued(io) => (sock, slot, io),
                     other => {
-                        *slot = other;
+                        *s = other;
                         continue;
                     }
                 }
             };
-            let res = self.send_one(&sock, &io);
+            let res = if self.host.info().faults.hit(Fault::FailTcpSend) {
+                Err(EPIPE)
+            } else {
+                self.send_one(&sock, &io)
+            };
             let mut g = self.inner.lock();
-            if let Some(slot) = g.slots.get_mut(tag as usize) {
-                *slot = Slot::Sent(io);
+            if let Some(s) = g.slots.get_mut(usize::from(slot)) {
+                *s = Slot::Sent(io);
             }
             if let Err(e) = res {
-                if !g.failed {
+                if !self.is_failed() {
                     pr_err!(
-                        "{}: queue {}: sending tag {tag} failed: {e:?}\n",
-                        self.disk.name(),
-                        self.qid
+                        "{}: queue {}: sending slot {slot} failed: {e:?}\n",
+                        self.name(),
+                        self.id.qid
                     );
                 }
                 self.fail_locked(&mut g, "a send failed");
@@ -393,7 +439,7 @@ impl TcpQueue {
         let sock = {
             let g = self.inner.lock();
             match &g.sock {
-                Some(s) if !g.failed => s.clone(),
+                Some(s) if !self.is_failed() => s.clone(),
                 _ => return,
             }
         };
@@ -449,15 +495,33 @@ impl TcpQueue {
         }
         let resp =
             Response::decode(&buf[FRAME_HEADER_LEN..]).map_err(|_| "undecodable response")?;
-        Stats::inc(&self.disk.stats.responses);
+        Stats::inc(&self.stats().responses);
+        let faults = &self.host.info().faults;
+        if faults.hit(Fault::DelayResponse) {
+            // The receive work runs in process context.
+            sleep_ms(faults.delay_ms());
+        }
         let mut g = self.inner.lock();
+        g.last_rx_ms = now_ms();
         g.credits.grant(resp.credits);
-        let io = match g.slots.get_mut(resp.tag as usize) {
+        let id = ReqId::from_tag(resp.tag);
+        if let Err(e) = g.tags.check(id) {
+            Stats::inc(&self.stats().stale_responses);
+            pr_err!(
+                "{}: queue {}: response for slot {} generation {}: {e}\n",
+                self.name(),
+                self.id.qid,
+                id.slot,
+                id.gen
+            );
+            return Err("response for no request in flight");
+        }
+        let io = match g.slots.get_mut(usize::from(id.slot)) {
             Some(slot @ Slot::Sent(_)) => match mem::replace(slot, Slot::Receiving) {
                 Slot::Sent(io) => io,
-                _ => return Err("response for a tag not in flight"),
+                _ => return Err("response for a request not sent"),
             },
-            _ => return Err("response for a tag not in flight"),
+            _ => return Err("response for a request not sent"),
         };
         // Read data follows exactly when the read succeeded, and is exactly its length.
         let expect = if io.req.opcode == Opcode::Read && resp.status == Status::Ok {
@@ -465,20 +529,20 @@ impl TcpQueue {
         } else {
             0
         };
-        if hdr.data_len != expect {
+        if hdr.data_len != expect || !io::length_ok(io.req.opcode, io.req.length, &resp) {
             pr_err!(
-                "{}: queue {}: tag {}: response with {} data bytes, expected {expect}\n",
-                self.disk.name(),
-                self.qid,
-                resp.tag,
+                "{}: queue {}: slot {}: response of {} bytes with {} data bytes, expected {expect}\n",
+                self.name(),
+                self.id.qid,
+                id.slot,
+                resp.length,
                 hdr.data_len
             );
             // Back in its slot, to be requeued by the reset.
-            if let Some(slot) = g.slots.get_mut(resp.tag as usize) {
-                *slot = Slot::Sent(io);
-            }
+            g.slots[usize::from(id.slot)] = Slot::Sent(io);
             return Err("response with the wrong amount of data");
         }
+        let _ = g.tags.answer(id);
         drop(g);
         if expect == 0 {
             self.complete(io, &resp);
@@ -488,16 +552,27 @@ impl TcpQueue {
         }
     }
 
-    /// Frees the tag's slot and credit, then ends or retries the request.
+    /// Frees the slot and credit, then ends or retries the request.
     fn complete(&self, io: Io, resp: &Response) {
-        {
-            let mut g = self.inner.lock();
-            if let Some(slot) = g.slots.get_mut(io.req.tag as usize) {
-                *slot = Slot::Free;
-            }
-            g.credits.complete();
+        let slot = ReqId::from_tag(io.req.tag).slot;
+        let mut g = self.inner.lock();
+        if self.host.info().faults.hit(Fault::DropResponse) {
+            // Lost on the way: the request stays in flight until its timeout resets the
+            // connection, which requeues it.
+            g.slots[usize::from(slot)] = Slot::Sent(io);
+            let _ = g.tags.issue(slot);
+            return;
         }
-        io::finish(&self.disk, io.rq, io.req.opcode, resp, Via::Tcp);
+        if let Some(s) = g.slots.get_mut(usize::from(slot)) {
+            *s = Slot::Free;
+        }
+        g.credits.complete();
+        drop(g);
+        if io::finish(self.host.info(), io.rq, io.req.opcode, resp, Via::Tcp)
+            == io::Verdict::Superseded
+        {
+            self.fail("the target fenced this connection: a newer one superseded it");
+        }
     }
 
     fn fail(&self, why: &str) {
@@ -510,13 +585,38 @@ impl TcpQueue {
     }
 
     fn fail_locked(&self, g: &mut Inner, why: &str) {
-        self.disk
-            .connection_failed(&mut g.failed, self.qid, Transport::Tcp, why);
+        if self.failed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if g.sock.is_some() {
+            pr_err!(
+                "{}: queue {} (TCP, set {}): {why}; resetting the connection\n",
+                self.name(),
+                self.id.qid,
+                self.id.epoch
+            );
+        }
+        self.host.clone().queue_failed(self.id, Transport::Tcp);
+    }
+
+    /// The health check, run by the disk's session every half interval: fails the connection
+    /// when requests are in flight and nothing has arrived for twice `interval_ms`. The
+    /// kernel's keepalive finds a dead peer; this finds a peer whose process stopped answering
+    /// (its kernel still acknowledges).
+    pub(crate) fn keepalive(&self, interval_ms: u32) {
+        let mut guard = self.inner.lock();
+        let g = &mut *guard;
+        if !self.is_failed()
+            && g.tags.in_flight() > 0
+            && now_ms() - g.last_rx_ms > 2 * i64::from(interval_ms)
+        {
+            self.fail_locked(g, "no response while requests are in flight");
+        }
     }
 
     /// True if the connection failed or is gone.
     pub(crate) fn is_failed(&self) -> bool {
-        self.inner.lock().failed
+        self.failed.load(Ordering::Acquire)
     }
 
     /// Closes the connection and hands every request that was on it to `dispose`; none of
@@ -524,7 +624,7 @@ impl TcpQueue {
     pub(crate) fn shutdown(&self, mut dispose: impl FnMut(DiskRq)) {
         let sock = {
             let mut g = self.inner.lock();
-            g.failed = true;
+            self.failed.store(true, Ordering::Release);
             g.sock.take()
         };
         if let Some(s) = &sock {
@@ -533,7 +633,8 @@ impl TcpQueue {
         }
         work::flush(&self.tx_work);
         work::flush(&self.rx_work);
-        // The works are done with their references: this releases the socket and its hook.
+        // The works are done with their references: this releases the socket (abortively)
+        // and its hook.
         drop(sock);
         // A callback may have queued the receive work once more before the unhook.
         work::flush(&self.rx_work);
@@ -541,15 +642,14 @@ impl TcpQueue {
             dispose(io.rq);
         }
         loop {
-            let io = self
-                .inner
-                .lock()
-                .slots
-                .iter_mut()
-                .find_map(|s| match mem::take(s) {
+            let io = {
+                let mut g = self.inner.lock();
+                g.tags = Tags::new();
+                g.slots.iter_mut().find_map(|s| match mem::take(s) {
                     Slot::Queued(io) | Slot::Sent(io) => Some(io),
                     _ => None,
-                });
+                })
+            };
             match io {
                 Some(io) => dispose(io.rq),
                 None => break,

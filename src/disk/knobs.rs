@@ -6,9 +6,9 @@
 //! and its range, and leaves the value as it was.
 
 use core::{fmt::Write, sync::atomic::Ordering};
-use kernel::{c_str, prelude::*};
+use kernel::{c_str, prelude::*, sync::Arc};
 
-use super::{DiskDev, State};
+use super::{DiskDev, State, FAST_IO_FAIL_OFF};
 use crate::kapi::blk_mq::{DiskAttr, DiskAttrs};
 use crate::kapi::sysfs::ShowBuf;
 use crate::proto::policy::{
@@ -33,20 +33,16 @@ fn show_value(out: &mut ShowBuf<'_>, v: impl core::fmt::Display) -> Result {
 }
 
 impl DiskDev {
-    pub(crate) fn loss_timeout_s(&self) -> u32 {
-        self.loss_timeout_s.load(Ordering::Relaxed)
-    }
-
     fn show_name(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(out, self.name())
     }
 
     fn show_export(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.export)
+        show_value(out, self.info.export)
     }
 
     fn show_address(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.peer)
+        show_value(out, self.info.peer)
     }
 
     fn show_state(&self, out: &mut ShowBuf<'_>) -> Result {
@@ -54,10 +50,10 @@ impl DiskDev {
     }
 
     fn show_stats(&self, out: &mut ShowBuf<'_>) -> Result {
-        self.stats.show(out)
+        self.info.stats.show(out)
     }
 
-    fn store_unmap(&self, input: &[u8]) -> Result {
+    fn store_unmap(self: &Arc<Self>, input: &[u8]) -> Result {
         let force = match input.trim_ascii() {
             b"normal" => false,
             b"force" => true,
@@ -66,21 +62,19 @@ impl DiskDev {
                 return Err(EINVAL);
             }
         };
-        // The table holds the disk's `Arc`; deleting through it keeps the disk alive for
-        // the call.
-        self.table.delete(self.index, force)
+        self.delete(force)
     }
 
     fn show_io_timeout(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(out, self.io_timeout_ms())
     }
 
-    fn store_io_timeout(&self, input: &[u8]) -> Result {
+    fn store_io_timeout(self: &Arc<Self>, input: &[u8]) -> Result {
         let ms = parse_knob(self.name(), "io_timeout_ms", input, 1_000, 600_000)?;
         if let Some(d) = self.disk.lock().as_ref() {
             d.set_timeout_ms(ms);
         }
-        self.io_timeout_ms.store(ms, Ordering::Relaxed);
+        self.info.knobs.io_timeout_ms.store(ms, Ordering::Relaxed);
         Ok(())
     }
 
@@ -88,27 +82,58 @@ impl DiskDev {
         show_value(out, self.loss_timeout_s())
     }
 
-    fn store_loss_timeout(&self, input: &[u8]) -> Result {
+    fn store_loss_timeout(self: &Arc<Self>, input: &[u8]) -> Result {
         let s = parse_knob(self.name(), "loss_timeout_s", input, 0, 86_400)?;
         self.loss_timeout_s.store(s, Ordering::Relaxed);
+        // A nap until the old deadline ends now.
+        self.kick();
+        Ok(())
+    }
+
+    fn show_fast_io_fail(&self, out: &mut ShowBuf<'_>) -> Result {
+        match self.fast_io_fail_s.load(Ordering::Relaxed) {
+            FAST_IO_FAIL_OFF => show_value(out, "off"),
+            s => show_value(out, s),
+        }
+    }
+
+    fn store_fast_io_fail(self: &Arc<Self>, input: &[u8]) -> Result {
+        let s = match input.trim_ascii() {
+            b"off" => FAST_IO_FAIL_OFF,
+            v => match core::str::from_utf8(v)
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+            {
+                Some(s) if s <= 86_400 => s,
+                _ => {
+                    pr_err!(
+                        "{}: fast_io_fail_s: expected 'off' or a whole number from 0 to 86400\n",
+                        self.name()
+                    );
+                    return Err(EINVAL);
+                }
+            },
+        };
+        self.fast_io_fail_s.store(s, Ordering::Relaxed);
+        self.kick();
         Ok(())
     }
 
     fn show_max_credits(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.max_credits.load(Ordering::Relaxed))
+        show_value(out, self.info.knobs.max_credits.load(Ordering::Relaxed))
     }
 
-    fn store_max_credits(&self, input: &[u8]) -> Result {
+    fn store_max_credits(self: &Arc<Self>, input: &[u8]) -> Result {
         let n = parse_knob(self.name(), "max_credits", input, 1, u32::from(QUEUE_DEPTH))?;
-        self.max_credits.store(n, Ordering::Relaxed);
+        self.info.knobs.max_credits.store(n, Ordering::Relaxed);
         Ok(())
     }
 
     fn show_keepalive(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.keepalive_ms())
+        show_value(out, self.info.keepalive_ms())
     }
 
-    fn store_keepalive(&self, input: &[u8]) -> Result {
+    fn store_keepalive(self: &Arc<Self>, input: &[u8]) -> Result {
         let ms = match parse_knob(self.name(), "keepalive_ms", input, 0, 600_000)? {
             ms @ (0 | 100..) => ms,
             _ => {
@@ -119,11 +144,9 @@ impl DiskDev {
                 return Err(EINVAL);
             }
         };
-        self.keepalive_ms.store(ms, Ordering::Relaxed);
+        self.info.knobs.keepalive_ms.store(ms, Ordering::Relaxed);
         // The session work starts or stops its keepalive rounds.
-        if let Some(me) = self.table.get(self.index) {
-            me.kick();
-        }
+        self.kick();
         Ok(())
     }
 
@@ -138,7 +161,7 @@ impl DiskDev {
         )
     }
 
-    fn store_transport(&self, input: &[u8]) -> Result {
+    fn store_transport(self: &Arc<Self>, input: &[u8]) -> Result {
         let mode = match input.trim_ascii() {
             b"auto" => Mode::Auto,
             b"rdma" => Mode::Rdma,
@@ -149,17 +172,14 @@ impl DiskDev {
             }
         };
         let _ = self.policy.lock().set_mode(mode, super::now_ms() as u64);
-        // The table's `Arc` of this disk, to queue its session work.
-        if let Some(me) = self.table.get(self.index) {
-            me.kick();
-        }
+        self.kick();
         Ok(())
     }
 
     /// The transport I/O is issued on now, or `none` while there is no healthy connection.
     fn show_active_transport(&self, out: &mut ShowBuf<'_>) -> Result {
         let t = match self.state() {
-            State::Live => self.healthy_transport(),
+            State::Live => self.installed(),
             _ => None,
         };
         show_value(
@@ -189,7 +209,7 @@ impl DiskDev {
 
     /// Changes one field of the policy's configuration.
     fn store_policy(
-        &self,
+        self: &Arc<Self>,
         input: &[u8],
         knob: &str,
         (min, max): (u32, u32),
@@ -202,14 +222,17 @@ impl DiskDev {
         p.set_config(cfg).map_err(|e| {
             pr_err!("{}: {knob}: {e}\n", self.name());
             EINVAL
-        })
+        })?;
+        drop(p);
+        self.kick();
+        Ok(())
     }
 
     fn show_failover_threshold(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(out, self.policy.lock().config().failover_threshold)
     }
 
-    fn store_failover_threshold(&self, input: &[u8]) -> Result {
+    fn store_failover_threshold(self: &Arc<Self>, input: &[u8]) -> Result {
         self.store_policy(
             input,
             "failover_threshold",
@@ -222,7 +245,7 @@ impl DiskDev {
         show_value(out, self.policy.lock().config().failover_window_ms)
     }
 
-    fn store_failover_window(&self, input: &[u8]) -> Result {
+    fn store_failover_window(self: &Arc<Self>, input: &[u8]) -> Result {
         self.store_policy(input, "failover_window_ms", (1, 3_600_000), |c, v| {
             c.failover_window_ms = v.into()
         })
@@ -232,7 +255,7 @@ impl DiskDev {
         show_value(out, self.policy.lock().config().failback_probes)
     }
 
-    fn store_failback_probes(&self, input: &[u8]) -> Result {
+    fn store_failback_probes(self: &Arc<Self>, input: &[u8]) -> Result {
         self.store_policy(input, "failback_probes", (1, 1_000), |c, v| {
             c.failback_probes = v
         })
@@ -242,7 +265,7 @@ impl DiskDev {
         show_value(out, self.policy.lock().config().probe_interval_ms)
     }
 
-    fn store_probe_interval(&self, input: &[u8]) -> Result {
+    fn store_probe_interval(self: &Arc<Self>, input: &[u8]) -> Result {
         self.store_policy(input, "probe_interval_ms", (100, 600_000), |c, v| {
             c.probe_interval_ms = v.into()
         })
@@ -264,6 +287,11 @@ static LOSS_TIMEOUT: DiskAttr<DiskDev> = DiskAttr::rw(
     c_str!("loss_timeout_s"),
     DiskDev::show_loss_timeout,
     DiskDev::store_loss_timeout,
+);
+static FAST_IO_FAIL: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("fast_io_fail_s"),
+    DiskDev::show_fast_io_fail,
+    DiskDev::store_fast_io_fail,
 );
 static MAX_CREDITS: DiskAttr<DiskDev> = DiskAttr::rw(
     c_str!("max_credits"),
@@ -314,6 +342,7 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &UNMAP,
     &IO_TIMEOUT,
     &LOSS_TIMEOUT,
+    &FAST_IO_FAIL,
     &MAX_CREDITS,
     &KEEPALIVE,
     &TRANSPORT,

@@ -1,105 +1,346 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The session work of a disk: keeps its queues connected on the transport the policy
-//! (`proto::policy`, DESIGN.md "Transport switching") asks for, and carries out the
-//! policy's switches.
+//! The session work of a disk: the one place that changes its connection set and its state
+//! (docs/design.md, "Transport switching" and "When things go wrong").
 //!
-//! One work item per disk runs whenever something happened (a queue failed, the `transport`
-//! knob, an RDMA device came or went) and stays while there is work: reconnecting with
-//! backoff, or probing RDMA from TCP. Switches are make-before-break: the new transport's
-//! queues are connected while the old ones still carry I/O, swapped in, and then the old ones
-//! are torn down; their requests in flight are requeued and reissued on the new transport.
-//! Only the loss of the device in use breaks first, because its resources must go at once.
+//! One work item per disk runs whenever something happened (a connection failed, a knob, an
+//! RDMA device came or went) and stays while there is something to do:
+//!
+//! - **Mapping** (`Connecting`): connect the first set on RDMA, or on TCP when RDMA cannot be
+//!   had and the target answers there; report the outcome to the `map_device` writer.
+//! - **A broken set** (a connection failed, or a device removal took some away): tear the
+//!   whole set down at once, handing its requests back to blk-mq, where they wait while the
+//!   disk is `Reconnecting`. Then connect a new set on the transport the policy wants; if that
+//!   fails and the policy allows (mode `auto`), the other transport at once, so an outage
+//!   passes on whichever transport comes back first; then back off (100 ms doubling to 5 s)
+//!   and try again. Every failed attempt is counted; RDMA ones also by the policy.
+//! - **Deadlines** while reconnecting: past `fast_io_fail_s` (if set) waiting I/O fails while
+//!   reconnecting goes on; past `loss_timeout_s` the disk fails for good: every request ends
+//!   with an error, the block device is marked dead, and nothing reconnects.
+//! - **A planned switch** (the policy drains to the other transport, e.g. failback after good
+//!   probes): make-before-break. The new set is connected while the old one carries I/O, then
+//!   swapped in, then the old one is torn down and its requests reissued. A failed attempt
+//!   leaves the serving set alone.
+//! - **While healthy**: RDMA probes from TCP, and the connections' health checks.
+//!
+//! Every new set gets the next epoch; the target fences older sets, so nothing a torn-down
+//! connection still had in flight is applied after its reissued copy (docs/design.md, the
+//! fencing rule).
 
-use kernel::{prelude::*, str::CStr, sync::Arc};
+use kernel::{prelude::*, sync::Arc};
 
-use super::{now_ms, DiskDev, State, BACKOFF_FIRST_MS, BACKOFF_MAX_MS};
+use super::{now_ms, Attached, DiskDev, State, FAST_IO_FAIL_OFF};
+use crate::faults::Fault;
+use crate::host::{transport_name, ConnId, QueueHost};
+use crate::kapi::work::NoIo;
 use crate::probe;
-use crate::proto::policy::{Action, State as PState, Transport};
+use crate::proto::policy::{Action, Policy, State as PState, Transport};
+use crate::proto::wire::HelloReply;
+use crate::queue::Queue;
+use crate::rdma_conn::errno;
 use crate::stats::Stats;
 
+const BACKOFF_FIRST_MS: u32 = 100;
+const BACKOFF_MAX_MS: u32 = 5_000;
+/// Set-up budget per connection; a set of N connections may take N times this.
+pub(crate) const CONNECT_BUDGET_MS: u32 = 10_000;
+/// Least time a reconnect attempt gets, even close to the loss deadline.
+const CONNECT_BUDGET_MIN_MS: u32 = 1_000;
 /// How long a probe may take: the probe interval, within these bounds. A loaded host takes a
 /// while to set up a queue pair; a slow probe that succeeds still counts.
 const PROBE_BUDGET_MIN_MS: u64 = 5_000;
 const PROBE_BUDGET_MAX_MS: u64 = 10_000;
 
-pub(crate) fn transport_name(t: Transport) -> &'static str {
+fn other(t: Transport) -> Transport {
     match t {
-        Transport::Rdma => "RDMA",
-        Transport::Tcp => "TCP",
+        Transport::Rdma => Transport::Tcp,
+        Transport::Tcp => Transport::Rdma,
     }
+}
+
+/// A connected set, not yet installed.
+struct Set {
+    queues: KVec<Option<Queue>>,
+    reply: HelloReply,
+    max_io_bytes: u32,
 }
 
 impl DiskDev {
     pub(super) fn run_session(self: &Arc<Self>) {
+        // Allocations here (connection set-up) must not recurse into I/O on this very disk.
+        let _noio = NoIo::enter();
         let mut backoff = BACKOFF_FIRST_MS;
-        while !self.deleting() {
-            let state = self.policy.lock().state();
-            let want = match state {
-                PState::Rdma => Transport::Rdma,
-                PState::Draining { to } => to,
-                PState::Tcp | PState::Probing => Transport::Tcp,
-            };
-            if self.healthy_transport() != Some(want) {
-                if self.switch_to(want).is_ok() {
-                    backoff = BACKOFF_FIRST_MS;
-                } else if self.policy.lock().state() == state && !self.nap(backoff) {
-                    backoff = (backoff * 2).min(BACKOFF_MAX_MS);
+        loop {
+            match self.state() {
+                State::Deleting { .. } | State::Failed => return,
+                State::Connecting => {
+                    self.attach_first_set();
+                    continue;
                 }
-                continue;
+                State::Reconnecting { since_ms } => {
+                    if self.loss_expired(since_ms) {
+                        self.give_up();
+                        return;
+                    }
+                    self.check_fast_fail(since_ms);
+                }
+                State::Live => {}
             }
-            match state {
-                // Already there (the knob flipped back, say): the drain is trivially done.
-                PState::Draining { .. } => {
+            self.drop_broken_set();
+            let want = self.wanted();
+            match self.installed() {
+                Some(t) if t == want => {
+                    backoff = BACKOFF_FIRST_MS;
+                    // Read first: the arms sleep, and must not hold the lock.
+                    let pstate = self.policy.lock().state();
+                    match pstate {
+                        // Already there (the knob flipped back, say): the drain is trivially
+                        // done.
+                        PState::Draining { .. } => {}
+                        PState::Probing => {
+                            self.probe_tick();
+                            continue;
+                        }
+                        PState::Rdma | PState::Tcp if self.info.keepalive_ms() > 0 => {
+                            self.keepalive_tick();
+                            continue;
+                        }
+                        // Idle until kicked.
+                        PState::Rdma | PState::Tcp => return,
+                    }
                     self.drained();
                 }
-                PState::Probing => self.probe_tick(),
-                PState::Rdma if self.keepalive_ms() > 0 => self.keepalive_tick(),
-                PState::Rdma | PState::Tcp => break,
+                installed => {
+                    if self.bring_up(want).is_ok() {
+                        backoff = BACKOFF_FIRST_MS;
+                        continue;
+                    }
+                    if installed.is_none() && self.fall_back(want).is_ok() {
+                        backoff = BACKOFF_FIRST_MS;
+                        continue;
+                    }
+                    if !self.nap(backoff) {
+                        backoff = (backoff * 2).min(BACKOFF_MAX_MS);
+                    }
+                }
             }
         }
     }
 
-    /// Connects every queue on `want`, swaps them in and tears down the old ones.
-    fn switch_to(self: &Arc<Self>, want: Transport) -> Result {
-        let from = self
-            .queues
-            .lock()
-            .iter()
-            .flatten()
-            .next()
-            .map(|q| q.transport());
-        match self.connect_all(want) {
-            Ok((fresh, _)) => {
-                let switch = from.is_some_and(|f| f != want);
-                let mut moved = 0u32;
-                self.replace_queues(fresh, |rq| {
-                    moved += 1;
-                    self.requeue_or_fail(rq, switch)
-                });
-                if !self.drained() {
-                    Stats::inc(&self.stats.reconnects);
-                    pr_info!(
-                        "{}: reconnected to {} over {} ({moved} requests reissued)\n",
-                        self.name(),
-                        self.peer,
-                        transport_name(want)
-                    );
-                } else {
-                    pr_info!(
-                        "{}: {moved} requests in flight on the old connections reissued\n",
-                        self.name()
-                    );
+    /// The transport the policy wants I/O on.
+    fn wanted(&self) -> Transport {
+        let state = self.policy.lock().state();
+        match state {
+            PState::Rdma => Transport::Rdma,
+            PState::Draining { to } => to,
+            PState::Tcp | PState::Probing => Transport::Tcp,
+        }
+    }
+
+    /// The transport of the installed set, if it is complete and none of it has failed.
+    pub(super) fn installed(&self) -> Option<Transport> {
+        let c = self.ctrl.lock();
+        let mut t = None;
+        for q in c.queues.iter() {
+            let q = q.as_ref().filter(|q| !q.is_failed())?;
+            if t.is_some_and(|t| t != q.transport()) {
+                return None;
+            }
+            t = Some(q.transport());
+        }
+        t
+    }
+
+    pub(super) fn loss_expired(&self, since_ms: i64) -> bool {
+        now_ms() - since_ms > i64::from(self.loss_timeout_s()) * 1000
+    }
+
+    /// Tears down an installed set that is incomplete or has a failed connection: its
+    /// requests go back to blk-mq and wait there (or fail, per the deadlines), rather than
+    /// sit on a dead connection until a new set is up.
+    fn drop_broken_set(&self) {
+        let broken = {
+            let mut c = self.ctrl.lock();
+            let present = c.queues.iter().flatten().count();
+            let failed = c.queues.iter().flatten().any(Queue::is_failed);
+            let broken = present > 0 && (failed || present < c.queues.len());
+            if broken && c.state == State::Live {
+                c.state = State::Reconnecting { since_ms: now_ms() };
+            }
+            broken
+        };
+        if broken {
+            let mut moved = 0u32;
+            self.teardown_all(|rq| {
+                moved += 1;
+                self.requeue_or_fail(rq, false)
+            });
+            pr_info!(
+                "{}: connections torn down; {moved} requests on them wait for a new connection\n",
+                self.name()
+            );
+        }
+    }
+
+    /// The epoch of the next set: never 0, which means "none".
+    fn next_epoch(&self) -> u32 {
+        match self.ctrl.lock().epoch.wrapping_add(1) {
+            0 => 1,
+            e => e,
+        }
+    }
+
+    /// Connects a whole set on `t` as `epoch` within `budget_ms` (all or none).
+    fn connect_set(self: &Arc<Self>, t: Transport, epoch: u32, budget_ms: u32) -> Result<Set> {
+        let host: Arc<dyn QueueHost> = self.clone();
+        let deadline = now_ms() + i64::from(budget_ms);
+        let n = usize::from(self.info.nr_queues);
+        let mut queues = KVec::with_capacity(n, GFP_KERNEL)?;
+        let mut first: Option<HelloReply> = None;
+        let mut max_io = u32::MAX;
+        let res = (|| -> Result {
+            for qid in 0..self.info.nr_queues {
+                let left = deadline - now_ms();
+                if left <= 0 || self.deleting() {
+                    return Err(errno(kernel::bindings::ETIMEDOUT));
                 }
-                self.set_state(State::Live);
-                self.restart_io();
+                let (q, reply) = Queue::connect(&host, ConnId { qid, epoch }, t, left as u32)?;
+                max_io = max_io.min(q.max_io_bytes());
+                // Room for `n` was reserved above.
+                if let Err(e) = queues.push(Some(q.clone()), GFP_KERNEL) {
+                    q.shutdown(|rq| self.requeue_or_fail(rq, false));
+                    return Err(e.into());
+                }
+                first.get_or_insert(reply);
+            }
+            Ok(())
+        })();
+        let checked = res.and_then(|()| {
+            let reply = first.ok_or(EINVAL)?;
+            self.check_reply(&reply, max_io)?;
+            Ok(reply)
+        });
+        match checked {
+            Ok(reply) => Ok(Set {
+                queues,
+                reply,
+                max_io_bytes: max_io,
+            }),
+            Err(e) => {
+                for q in queues.iter().flatten() {
+                    q.shutdown(|rq| self.requeue_or_fail(rq, false));
+                }
+                Stats::inc(&self.info.stats.connect_failures);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether a reconnected set serves the disk that was mapped: a connection that cannot
+    /// carry the disk's largest request is refused.
+    fn check_reply(&self, _reply: &HelloReply, max_io: u32) -> Result {
+        let need = self
+            .info
+            .max_io_bytes
+            .load(core::sync::atomic::Ordering::Relaxed);
+        if max_io < need {
+            pr_err!(
+                "{}: the new connections carry at most {max_io} bytes per request; the disk needs {need}\n",
+                self.name()
+            );
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    /// Puts `set` (of epoch `epoch`) in place of the installed one, then tears the old one
+    /// down, reissuing its requests (make-before-break). Returns whether the set is live.
+    fn install(&self, set: Set, epoch: u32, t: Transport) -> bool {
+        let (old_set, was) = {
+            let mut c = self.ctrl.lock();
+            if matches!(c.state, State::Deleting { .. } | State::Failed) {
+                (Some(set.queues), None)
+            } else {
+                let old = core::mem::replace(&mut c.queues, set.queues);
+                c.epoch = epoch;
+                let was = c.state;
+                c.state = State::Live;
+                c.fast_fail = false;
+                (Some(old), Some(was))
+            }
+        };
+        let Some(was) = was else {
+            // Unmapped meanwhile: the new set goes again.
+            for q in old_set.iter().flatten().flatten() {
+                q.shutdown(|rq| self.requeue_or_fail(rq, false));
+            }
+            return false;
+        };
+        let mut moved = 0u32;
+        let mut switched = false;
+        for q in old_set.iter().flatten().flatten() {
+            switched |= q.transport() != t;
+            q.shutdown(|rq| {
+                moved += 1;
+                self.requeue_or_fail(rq, q.transport() != t)
+            });
+        }
+        // Connections of this set that failed while it was being connected were not acted on
+        // then (the set was not current): act now.
+        if self.installed() != Some(t) {
+            let mut c = self.ctrl.lock();
+            if c.state == State::Live {
+                c.state = State::Reconnecting { since_ms: now_ms() };
+            }
+        }
+        if !self.drained() {
+            if let State::Reconnecting { since_ms } = was {
+                Stats::inc(&self.info.stats.reconnects);
+                pr_info!(
+                    "{}: reconnected to {} over {} after {} ms\n",
+                    self.name(),
+                    self.info.peer,
+                    transport_name(t),
+                    now_ms() - since_ms
+                );
+            }
+        } else if switched || moved > 0 {
+            pr_info!(
+                "{}: {moved} requests in flight on the old connections reissued\n",
+                self.name()
+            );
+        }
+        self.restart_io();
+        true
+    }
+
+    /// A connect attempt's budget: a connection's budget per queue, but not past the loss
+    /// deadline while reconnecting.
+    fn budget_ms(&self) -> u32 {
+        let full = CONNECT_BUDGET_MS.saturating_mul(u32::from(self.info.nr_queues));
+        match self.state() {
+            State::Reconnecting { since_ms } => {
+                let loss_ms = i64::from(self.loss_timeout_s()) * 1000;
+                let left = since_ms + loss_ms - now_ms();
+                (left.clamp(0, i64::from(full)) as u32).max(CONNECT_BUDGET_MIN_MS)
+            }
+            _ => full,
+        }
+    }
+
+    /// Connects a set on `want` and installs it. A failed RDMA attempt counts as an RDMA
+    /// failure.
+    fn bring_up(self: &Arc<Self>, want: Transport) -> Result {
+        let epoch = self.next_epoch();
+        match self.connect_set(want, epoch, self.budget_ms()) {
+            Ok(set) => {
+                self.install(set, epoch, want);
                 Ok(())
             }
             Err(e) => {
                 if want == Transport::Rdma {
                     let _ = self.policy.lock().on_rdma_failure(now_ms() as u64);
                 }
-                self.check_loss_timeout();
                 pr_warn!(
                     "{}: connecting over {} failed ({e:?}); trying again\n",
                     self.name(),
@@ -110,12 +351,149 @@ impl DiskDev {
         }
     }
 
-    /// On RDMA with keepalives on: checks every queue, twice per interval.
+    /// With no connection and `want` out of reach: tries the other transport at once, if the
+    /// policy allows (mode `auto`).
+    fn fall_back(self: &Arc<Self>, want: Transport) -> Result {
+        let t = other(want);
+        if self.policy.lock().on_fallback(t, now_ms() as u64) == Action::None {
+            return Err(EAGAIN);
+        }
+        pr_info!(
+            "{}: no connection over {}; trying {}\n",
+            self.name(),
+            transport_name(want),
+            transport_name(t)
+        );
+        self.bring_up(t)
+    }
+
+    /// Mapping: the first set, on RDMA, or on TCP when RDMA cannot be had (no device, no
+    /// path) and the target answers there. A refusal by the target is final.
+    fn attach_first_set(self: &Arc<Self>) {
+        let epoch = self.next_epoch();
+        let budget = self.budget_ms();
+        let res = match self.connect_set(Transport::Rdma, epoch, budget) {
+            Ok(set) => Ok((set, Transport::Rdma)),
+            Err(e) if e == errno(kernel::bindings::ECONNREFUSED) => Err(e),
+            Err(e) => {
+                pr_warn!("{}: no RDMA connection ({e:?}); trying TCP\n", self.name());
+                match self.connect_set(Transport::Tcp, epoch, budget) {
+                    Ok(set) => {
+                        // Probing from the start: RDMA may come (back) any time.
+                        let mut p = self.policy.lock();
+                        let cfg = p.config();
+                        *p = Policy::new_on_tcp(cfg, true, now_ms() as u64);
+                        Ok((set, Transport::Tcp))
+                    }
+                    Err(_) => Err(e),
+                }
+            }
+        };
+        let outcome = res.and_then(|(set, t)| {
+            let attached = Attached {
+                reply: set.reply,
+                max_io_bytes: set.max_io_bytes,
+            };
+            if self.install(set, epoch, t) {
+                Ok(attached)
+            } else {
+                Err(ENODEV)
+            }
+        });
+        if outcome.is_err() {
+            let mut c = self.ctrl.lock();
+            if c.state == State::Connecting {
+                c.state = State::Failed;
+            }
+        }
+        let mut a = self.attach.lock();
+        a.get_or_insert(outcome);
+        self.attach_cv.notify_all();
+    }
+
+    /// Past `fast_io_fail_s` of an outage: waiting and new I/O fails while reconnecting goes
+    /// on (nvme-tcp's `fast_io_fail_tmo`).
+    fn check_fast_fail(&self, since_ms: i64) {
+        let secs = self
+            .fast_io_fail_s
+            .load(core::sync::atomic::Ordering::Relaxed);
+        if secs == FAST_IO_FAIL_OFF || now_ms() - since_ms < i64::from(secs) * 1000 {
+            return;
+        }
+        {
+            let mut c = self.ctrl.lock();
+            if c.fast_fail {
+                return;
+            }
+            c.fast_fail = true;
+        }
+        Stats::inc(&self.info.stats.fast_io_fails);
+        pr_err!(
+            "{}: no connection for {secs} s (fast_io_fail_s): failing I/O while reconnecting\n",
+            self.name()
+        );
+        self.restart_io();
+    }
+
+    /// Past `loss_timeout_s` of an outage: the disk fails for good (nvme's `ctrl_loss_tmo`).
+    /// Every request ends with an error, whatever the connections' state, new I/O fails at
+    /// submission, and nothing reconnects any more.
+    fn give_up(&self) {
+        {
+            let mut c = self.ctrl.lock();
+            if !matches!(c.state, State::Reconnecting { .. }) {
+                return;
+            }
+            c.state = State::Failed;
+        }
+        pr_err!(
+            "{}: no connection for {} s (loss_timeout_s): failing all I/O; the disk stays failed until it is unmapped\n",
+            self.name(),
+            self.loss_timeout_s()
+        );
+        self.teardown_all(|rq| self.requeue_or_fail(rq, false));
+        if let Some(d) = self.disk.lock().as_ref() {
+            d.mark_dead();
+        }
+        self.restart_io();
+    }
+
+    /// Sleeps up to `ms`, less if kicked, the disk is being deleted, or a deadline of the
+    /// outage comes first. True if kicked.
+    pub(super) fn nap(&self, ms: u32) -> bool {
+        let mut ms = i64::from(ms);
+        if let State::Reconnecting { since_ms } = self.state() {
+            let now = now_ms();
+            let loss = since_ms + i64::from(self.loss_timeout_s()) * 1000 - now;
+            ms = ms.min(loss.max(0) + 1);
+            let fast = self
+                .fast_io_fail_s
+                .load(core::sync::atomic::Ordering::Relaxed);
+            if fast != FAST_IO_FAIL_OFF {
+                let left = since_ms + i64::from(fast) * 1000 - now;
+                if left >= 0 {
+                    ms = ms.min(left + 1);
+                }
+            }
+        }
+        let mut g = self.kicked.lock();
+        if !*g && !self.deleting() {
+            let _ = self.wake.wait_interruptible_timeout(
+                &mut g,
+                kernel::time::msecs_to_jiffies(ms.clamp(1, i64::from(u32::MAX)) as u32),
+            );
+        }
+        core::mem::replace(&mut *g, false)
+    }
+
+    /// Healthy, with checks on: runs every connection's health check, twice per interval.
     fn keepalive_tick(&self) {
-        let ms = self.keepalive_ms();
-        // Nothing here sleeps: a keepalive only posts a Send.
-        for q in self.queues.lock().iter().flatten() {
-            q.keepalive(ms);
+        let ms = self.info.keepalive_ms();
+        for qid in 0..self.info.nr_queues {
+            // Nothing here sleeps: a keepalive only posts a Send.
+            if let Some(q) = self.queue(u32::from(qid)) {
+                q.keepalive(ms);
+            }
         }
         self.nap(ms / 2);
     }
@@ -124,8 +502,8 @@ impl DiskDev {
     fn drained(&self) -> bool {
         let action = self.policy.lock().on_drained(now_ms() as u64);
         let (counter, to) = match action {
-            Action::UseTcp => (&self.stats.failovers, Transport::Tcp),
-            Action::UseRdma => (&self.stats.failbacks, Transport::Rdma),
+            Action::UseTcp => (&self.info.stats.failovers, Transport::Tcp),
+            Action::UseRdma => (&self.info.stats.failbacks, Transport::Rdma),
             _ => return false,
         };
         Stats::inc(counter);
@@ -137,34 +515,22 @@ impl DiskDev {
         true
     }
 
-    /// Fails waiting I/O once the connection has been lost for longer than the loss timeout.
-    fn check_loss_timeout(&self) {
-        let loss_ms = i64::from(self.loss_timeout_s()) * 1000;
-        if let State::Reconnecting { since_ms } = self.state() {
-            if now_ms() - since_ms > loss_ms {
-                pr_err!(
-                    "{}: no connection for {} s: failing I/O, still reconnecting\n",
-                    self.name(),
-                    loss_ms / 1000
-                );
-                self.set_state(State::Failed);
-            }
-        }
-    }
-
-    /// On TCP with RDMA possible: waits for the next probe, sends it, reports the result.
-    fn probe_tick(self: &Arc<Self>) {
+    /// On TCP with RDMA possible: waits for the next probe, sends it, reports the result. The
+    /// probe is a connection of its own, outside the disk's set, so whatever happens to it
+    /// leaves the serving connections alone.
+    fn probe_tick(&self) {
         let interval = self.policy.lock().config().probe_interval_ms;
         if self.policy.lock().on_tick(now_ms() as u64) != Action::SendProbe {
             self.nap(interval.min(u64::from(u32::MAX)) as u32);
             return;
         }
         let budget = interval.clamp(PROBE_BUDGET_MIN_MS, PROBE_BUDGET_MAX_MS) as u32;
-        let ok = probe::run(self.name(), self.peer, self.export, budget, false).is_ok();
+        let ok = !self.info.faults.hit(Fault::FailConnect)
+            && probe::run(self.name(), self.info.peer, self.info.export, budget, false).is_ok();
         // Counted when done, so that probes - probe_failures is the successes so far.
-        Stats::inc(&self.stats.probes);
+        Stats::inc(&self.info.stats.probes);
         if !ok {
-            Stats::inc(&self.stats.probe_failures);
+            Stats::inc(&self.info.stats.probe_failures);
         }
         let mut p = self.policy.lock();
         if p.on_probe_result(ok, now_ms() as u64) == Action::DrainToRdma {
@@ -174,46 +540,5 @@ impl DiskDev {
                 self.name()
             );
         }
-    }
-
-    /// The RDMA device `dev` is going away. Connections on it are torn down before this
-    /// returns, so the device can go; their requests wait for the switch to TCP. May sleep.
-    pub(crate) fn rdma_device_removed(self: &Arc<Self>, dev: &CStr) {
-        let uses = self
-            .queues
-            .lock()
-            .iter()
-            .flatten()
-            .any(|q| q.on_device(dev));
-        // Healthy RDMA queues on another device do not care; otherwise (on TCP, or between
-        // connections) this may well be the device RDMA would use.
-        if uses || self.healthy_transport() != Some(Transport::Rdma) {
-            let _ = self.policy.lock().on_device_removed(now_ms() as u64);
-        }
-        if uses {
-            pr_info!(
-                "{}: RDMA device {dev} is going away: moving I/O to TCP\n",
-                self.name()
-            );
-            {
-                let mut st = self.state.lock();
-                if *st == State::Live {
-                    *st = State::Reconnecting { since_ms: now_ms() };
-                }
-            }
-            self.shutdown_queues_if(|q| q.on_device(dev), |rq| self.requeue_or_fail(rq, true));
-        }
-        self.kick();
-    }
-
-    /// An RDMA device appeared: the end of NIC servicing, typically.
-    pub(crate) fn rdma_device_added(self: &Arc<Self>) {
-        if self.policy.lock().on_device_added(now_ms() as u64) == Action::DrainToRdma {
-            pr_info!(
-                "{}: an RDMA device appeared: switching back to RDMA\n",
-                self.name()
-            );
-        }
-        self.kick();
     }
 }

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What a hardware queue's connection needs from its disk, and the one way it reports back
+//! (docs/design.md, "Transports report, the session decides").
+//!
+//! A connection reads the disk's fixed facts, knobs, counters and fault switches
+//! ([`DiskInfo`]) and reports a failure through [`QueueHost::queue_failed`]. It never changes
+//! the disk's state itself: the disk's session work alone decides what a failure means
+//! (reconnect, switch transport, give up). This module imports nothing of the disk, so the
+//! transports do not either.
+
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use kernel::sync::Arc;
+
+use crate::faults::Faults;
+use crate::kapi::blk_mq::Rq;
+use crate::kapi::work::ReclaimQueue;
+use crate::proto::credits::CreditSender;
+use crate::proto::options::DeviceName;
+use crate::proto::policy::Transport;
+use crate::proto::wire::ExportName;
+use crate::rdma_conn::Peer;
+use crate::stats::Stats;
+
+/// Per-request driver data.
+pub(crate) struct Pdu {
+    /// Reissues after a CRC mismatch so far.
+    pub(crate) crc_retries: AtomicU8,
+}
+
+impl Pdu {
+    pub(crate) const fn new() -> Self {
+        Self {
+            crc_retries: AtomicU8::new(0),
+        }
+    }
+}
+
+/// A request of an rdmadisk.
+pub(crate) type DiskRq = Rq<Pdu>;
+
+/// Which connection of which set: the hardware queue, and the epoch of the connection set it
+/// belongs to (every reconnect or switch connects a new set, with the next epoch).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct ConnId {
+    pub(crate) qid: u16,
+    pub(crate) epoch: u32,
+}
+
+/// Knobs a connection reads at any time (`/sys/block/rdmadiskN/rdmadisk/`).
+pub(crate) struct Knobs {
+    pub(crate) io_timeout_ms: AtomicU32,
+    pub(crate) keepalive_ms: AtomicU32,
+    pub(crate) max_credits: AtomicU32,
+}
+
+/// What a disk's connections read: fixed at map time, except the knobs and counters.
+pub(crate) struct DiskInfo {
+    pub(crate) name: DeviceName,
+    pub(crate) export: ExportName,
+    pub(crate) peer: Peer,
+    /// The target's TCP port (same address as `peer`).
+    pub(crate) tcp_port: u16,
+    pub(crate) nr_queues: u16,
+    /// Ties the disk's connections together at the target (never 0: 0 is a probe's).
+    pub(crate) session_id: u32,
+    /// Largest request, once mapped (0 before): a connection that cannot carry it is refused.
+    pub(crate) max_io_bytes: AtomicU32,
+    pub(crate) knobs: Knobs,
+    pub(crate) stats: Stats,
+    pub(crate) faults: Arc<Faults>,
+    /// Where the disk's session and TCP work runs (reclaim-safe).
+    pub(crate) wq: Arc<ReclaimQueue>,
+}
+
+impl DiskInfo {
+    /// The mapping's name, for logs.
+    pub(crate) fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// The target's TCP endpoint.
+    pub(crate) fn tcp_peer(&self) -> Peer {
+        Peer {
+            addr: self.peer.addr,
+            port: self.tcp_port,
+        }
+    }
+
+    pub(crate) fn io_timeout_ms(&self) -> u32 {
+        self.knobs.io_timeout_ms.load(Ordering::Relaxed)
+    }
+
+    /// 0: off.
+    pub(crate) fn keepalive_ms(&self) -> u32 {
+        self.knobs.keepalive_ms.load(Ordering::Relaxed)
+    }
+
+    /// Whether a connection may send one more request: the target granted a credit, and the
+    /// `max_credits` knob allows one more in flight.
+    pub(crate) fn credit_ok(&self, c: &CreditSender) -> bool {
+        c.available() > 0 && c.in_flight() < self.knobs.max_credits.load(Ordering::Relaxed)
+    }
+}
+
+/// A disk, as its connections see it.
+pub(crate) trait QueueHost: Send + Sync + 'static {
+    fn info(&self) -> &DiskInfo;
+
+    /// Connection `conn` on `transport` failed (`why`, already logged by the connection),
+    /// and marked itself failed: it takes no new request. Any context; never sleeps. The
+    /// disk ignores a connection that is not part of its current set: the session work
+    /// looks at those itself.
+    fn queue_failed(self: Arc<Self>, conn: ConnId, transport: Transport);
+}
+
+/// The name of a transport, for logs.
+pub(crate) fn transport_name(t: Transport) -> &'static str {
+    match t {
+        Transport::Rdma => "RDMA",
+        Transport::Tcp => "TCP",
+    }
+}
