@@ -86,6 +86,11 @@ pub struct Args {
     /// Default 3.
     #[arg(long, value_name = "N")]
     pub hostile_every: Option<u64>,
+    /// TEST ONLY: while this file exists, refuse (Busy) every RDMA connection of a client
+    /// session, but still accept probes (session 0) and TCP: a failback that fails while its
+    /// probes succeed.
+    #[arg(long, value_name = "PATH")]
+    pub refuse_rdma_file: Option<PathBuf>,
 }
 
 /// One `[[export]]` table.
@@ -139,6 +144,7 @@ pub struct Config {
     pub fail_write_crc_every: u64,
     pub no_invalidate: bool,
     pub hostile: Hostile,
+    pub refuse_rdma_file: Option<PathBuf>,
     pub exports: Vec<ExportConf>,
 }
 
@@ -227,6 +233,7 @@ impl Config {
                 .unwrap_or(0),
             no_invalidate: args.no_invalidate,
             hostile,
+            refuse_rdma_file: args.refuse_rdma_file.clone(),
             exports,
         };
         if c.exports.is_empty() {

@@ -33,6 +33,8 @@ pub struct Limits {
     pub no_invalidate: bool,
     /// Test-only hostile responses (off when `kinds` is empty).
     pub hostile: Hostile,
+    /// Test only: while this file exists, RDMA connections of client sessions are refused.
+    pub refuse_rdma_file: Option<std::path::PathBuf>,
 }
 
 /// What a connection gets from a successful attach.

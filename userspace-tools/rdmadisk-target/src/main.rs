@@ -125,6 +125,7 @@ fn run(cfg: Config) -> Result<(), String> {
         fail_write_crc_every: cfg.fail_write_crc_every,
         no_invalidate: cfg.no_invalidate,
         hostile: cfg.hostile.clone(),
+        refuse_rdma_file: cfg.refuse_rdma_file.clone(),
     };
     if limits.hostile.enabled() {
         say(&hostile_warning(&limits));

@@ -174,6 +174,21 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
             return Err(());
         }
     };
+    if hello.session_id != 0
+        && t.limits
+            .refuse_rdma_file
+            .as_ref()
+            .is_some_and(|f| f.exists())
+    {
+        Stats::inc(&t.stats.refused);
+        refuse(
+            &id,
+            &peer,
+            HelloStatus::Busy,
+            "RDMA refused for client sessions (--refuse-rdma-file is present)",
+        );
+        return Err(());
+    }
     let (export, fence) = match t.attach(peer_addr, &hello) {
         Ok(a) => (a.export, a.fence),
         Err(st) => {
