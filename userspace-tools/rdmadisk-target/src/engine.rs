@@ -51,6 +51,8 @@ pub struct Target {
     pub stats: Stats,
     pub shutdown: AtomicBool,
     fences: FenceTable,
+    /// Which hostile kind acts next, across connections (see `hostile::Chooser`).
+    pub hostile_turn: std::sync::atomic::AtomicUsize,
     read_seq: AtomicU64,
     write_seq: AtomicU64,
 }
@@ -67,6 +69,7 @@ impl Target {
             stats: Stats::default(),
             shutdown: AtomicBool::new(false),
             fences: FenceTable::new(FENCE_TABLE_CAP),
+            hostile_turn: std::sync::atomic::AtomicUsize::new(0),
             read_seq: AtomicU64::new(0),
             write_seq: AtomicU64::new(0),
         }

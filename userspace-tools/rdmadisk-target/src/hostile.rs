@@ -8,6 +8,7 @@
 //! credit.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rdmadisk_proto::wire::{
@@ -133,18 +134,20 @@ pub struct Candidate {
 
 /// Per-connection state: which response is hostile and which kind it gets.
 ///
-/// Every `every`th response becomes due. A due act goes to the first kind, in turn after the
-/// last one used, that fits the response; when none fits (say `long_length` and the response
-/// answers a write) the act stays due for the next response, so a test can count on it.
+/// Every `every`th response of the connection becomes due. A due act goes to the first kind,
+/// in turn after the last one used *by any connection* (`turn`, shared by the target), that
+/// fits the response; when none fits (say `long_length` and the response answers a write) the
+/// act stays due for the next response, so a test can count on it. The turn is shared because
+/// several kinds end the connection they act on: with a turn per connection, the kinds after
+/// the first such one would never be reached.
 #[derive(Clone, Debug, Default)]
 pub struct Chooser {
     seen: u64,
     due: bool,
-    next: usize,
 }
 
 impl Chooser {
-    pub fn pick(&mut self, h: &Hostile, c: &Candidate) -> Option<Kind> {
+    pub fn pick(&mut self, h: &Hostile, turn: &AtomicUsize, c: &Candidate) -> Option<Kind> {
         if !h.enabled() {
             return None;
         }
@@ -156,10 +159,11 @@ impl Chooser {
             return None;
         }
         let n = h.kinds.len();
+        let next = turn.load(Ordering::Relaxed);
         let i = (0..n)
-            .map(|i| (self.next + i) % n)
+            .map(|i| (next + i) % n)
             .find(|&i| h.kinds[i].fits(c))?;
-        self.next = (i + 1) % n;
+        turn.store((i + 1) % n, Ordering::Relaxed);
         self.due = false;
         Some(h.kinds[i])
     }
@@ -333,19 +337,22 @@ mod tests {
     fn every_nth_response_is_hostile() {
         let cfg = h(&[Kind::BadStatus], 3);
         let mut c = Chooser::default();
+        let turn = AtomicUsize::new(0);
         let picks: Vec<bool> = (0..9)
-            .map(|_| c.pick(&cfg, &cand(true, Opcode::Write)).is_some())
+            .map(|_| c.pick(&cfg, &turn, &cand(true, Opcode::Write)).is_some())
             .collect();
         assert_eq!(
             picks,
             [false, false, true, false, false, true, false, false, true]
         );
         let mut c = Chooser::default();
+        let turn = AtomicUsize::new(0);
         let all = h(&[Kind::BadStatus], 1);
-        assert!((0..5).all(|_| c.pick(&all, &cand(true, Opcode::Nop)).is_some()));
+        assert!((0..5).all(|_| c.pick(&all, &turn, &cand(true, Opcode::Nop)).is_some()));
         let mut c = Chooser::default();
+        let turn = AtomicUsize::new(0);
         assert!((0..5).all(|_| c
-            .pick(&Hostile::default(), &cand(true, Opcode::Nop))
+            .pick(&Hostile::default(), &turn, &cand(true, Opcode::Nop))
             .is_none()));
     }
 
@@ -353,29 +360,36 @@ mod tests {
     fn a_due_act_waits_for_a_response_it_fits() {
         let cfg = h(&[Kind::LongLength], 2);
         let mut c = Chooser::default();
+        let turn = AtomicUsize::new(0);
         let w = cand(true, Opcode::Write);
         let r = cand(true, Opcode::Read);
-        assert_eq!(c.pick(&cfg, &w), None);
-        assert_eq!(c.pick(&cfg, &w), None, "due, but a write has no length");
-        assert_eq!(c.pick(&cfg, &w), None);
-        assert_eq!(c.pick(&cfg, &r), Some(Kind::LongLength));
-        assert_eq!(c.pick(&cfg, &r), None, "not due again until the 6th");
+        assert_eq!(c.pick(&cfg, &turn, &w), None);
+        assert_eq!(
+            c.pick(&cfg, &turn, &w),
+            None,
+            "due, but a write has no length"
+        );
+        assert_eq!(c.pick(&cfg, &turn, &w), None);
+        assert_eq!(c.pick(&cfg, &turn, &r), Some(Kind::LongLength));
+        assert_eq!(c.pick(&cfg, &turn, &r), None, "not due again until the 6th");
         // RDMA-only kinds never fire on TCP.
         let cfg = h(&[Kind::WrongRkey, Kind::LateWrite, Kind::NoInvalidate], 1);
         let mut c = Chooser::default();
-        assert!((0..4).all(|_| c.pick(&cfg, &r).is_none()));
+        let turn = AtomicUsize::new(0);
+        assert!((0..4).all(|_| c.pick(&cfg, &turn, &r).is_none()));
         assert_eq!(
-            c.pick(&cfg, &cand(false, Opcode::Read)),
+            c.pick(&cfg, &turn, &cand(false, Opcode::Read)),
             Some(Kind::WrongRkey)
         );
         // An extra message needs a spare credit on RDMA.
         let cfg = h(&[Kind::UnknownTag], 1);
         let mut c = Chooser::default();
+        let turn = AtomicUsize::new(0);
         let mut tight = cand(false, Opcode::Nop);
         tight.spare_send = false;
-        assert_eq!(c.pick(&cfg, &tight), None);
+        assert_eq!(c.pick(&cfg, &turn, &tight), None);
         assert_eq!(
-            c.pick(&cfg, &cand(false, Opcode::Nop)),
+            c.pick(&cfg, &turn, &cand(false, Opcode::Nop)),
             Some(Kind::UnknownTag)
         );
     }
@@ -384,13 +398,14 @@ mod tests {
     fn kinds_take_turns() {
         let cfg = h(&[Kind::BadStatus, Kind::LongLength, Kind::Garbage], 1);
         let mut c = Chooser::default();
+        let turn = AtomicUsize::new(0);
         let r = cand(true, Opcode::Read);
         let w = cand(true, Opcode::Write);
-        assert_eq!(c.pick(&cfg, &r), Some(Kind::BadStatus));
+        assert_eq!(c.pick(&cfg, &turn, &r), Some(Kind::BadStatus));
         // long_length does not fit a write: garbage, the next that fits, takes the turn.
-        assert_eq!(c.pick(&cfg, &w), Some(Kind::Garbage));
-        assert_eq!(c.pick(&cfg, &r), Some(Kind::BadStatus));
-        assert_eq!(c.pick(&cfg, &r), Some(Kind::LongLength));
+        assert_eq!(c.pick(&cfg, &turn, &w), Some(Kind::Garbage));
+        assert_eq!(c.pick(&cfg, &turn, &r), Some(Kind::BadStatus));
+        assert_eq!(c.pick(&cfg, &turn, &r), Some(Kind::LongLength));
     }
 
     #[test]

@@ -619,6 +619,7 @@ impl Conn {
         let invalidate = req.buf.rkey != 0 && !t.limits.no_invalidate;
         let hostile = self.chooser.pick(
             &t.limits.hostile,
+            &t.hostile_turn,
             &Candidate {
                 tcp: false,
                 opcode: req.opcode,

@@ -178,6 +178,7 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
         let data = &buf[..out_len];
         let hostile = chooser.pick(
             &t.limits.hostile,
+            &t.hostile_turn,
             &Candidate {
                 tcp: true,
                 opcode: req.opcode,
