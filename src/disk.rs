@@ -128,6 +128,8 @@ pub(crate) struct DiskDev {
     loss_timeout_s: AtomicU32,
     fast_io_fail_s: AtomicU32,
     registry: Arc<dyn Registry>,
+    /// Where the session work runs.
+    session_wq: Arc<ReclaimQueue>,
     #[pin]
     ctrl: SpinLock<Ctrl>,
     /// Which transport I/O should use, and when to switch.
@@ -169,7 +171,8 @@ impl DiskDev {
     pub(crate) fn new(
         p: DiskParams,
         registry: Arc<dyn Registry>,
-        wq: Arc<ReclaimQueue>,
+        session_wq: Arc<ReclaimQueue>,
+        io_wq: Arc<ReclaimQueue>,
     ) -> Result<Arc<Self>> {
         let mut queues = KVec::with_capacity(p.nr_queues.into(), GFP_KERNEL)?;
         for _ in 0..p.nr_queues {
@@ -197,8 +200,9 @@ impl DiskDev {
                     },
                     stats: Stats::default(),
                     faults,
-                    wq,
+                    io_wq,
                 },
+                session_wq,
                 loss_timeout_s: AtomicU32::new(DEFAULT_LOSS_TIMEOUT_S),
                 fast_io_fail_s: AtomicU32::new(FAST_IO_FAIL_OFF),
                 registry,
@@ -303,7 +307,7 @@ impl DiskDev {
         }
         // Enqueued under the lock, so `delete` (which sets `Deleting` under it, then flushes
         // the work) never misses an item.
-        let _ = self.info.wq.queue().enqueue(self.clone());
+        let _ = self.session_wq.queue().enqueue(self.clone());
         drop(c);
         self.wake_session();
     }

@@ -69,8 +69,8 @@ pub(crate) struct DiskInfo {
     pub(crate) knobs: Knobs,
     pub(crate) stats: Stats,
     pub(crate) faults: Arc<Faults>,
-    /// Where the disk's session and TCP work runs (reclaim-safe).
-    pub(crate) wq: Arc<ReclaimQueue>,
+    /// Where the connections' own work (TCP send and receive) runs (reclaim-safe).
+    pub(crate) io_wq: Arc<ReclaimQueue>,
 }
 
 impl DiskInfo {

@@ -26,8 +26,12 @@ pub(crate) const MAX_DISKS: usize = 32;
 pub(crate) struct DiskTable {
     #[pin]
     disks: Mutex<[Option<Arc<DiskDev>>; MAX_DISKS]>,
-    /// Where the disks' session and TCP work runs.
-    wq: Arc<ReclaimQueue>,
+    /// Where the disks' session work runs.
+    session_wq: Arc<ReclaimQueue>,
+    /// Where the disks' TCP send and receive work runs: a queue of its own, since the session
+    /// work waits for it when it tears a connection down, and a work item must not wait for
+    /// another on the same reclaim queue (both could need its one rescuer thread).
+    io_wq: Arc<ReclaimQueue>,
     /// `/sys/kernel/debug/rdmadisk/`, the parent of each disk's fault switches.
     debugfs: debugfs::Dir<()>,
 }
@@ -42,11 +46,13 @@ impl Registry for DiskTable {
 
 impl DiskTable {
     pub(crate) fn new() -> Result<Arc<Self>> {
-        let wq = Arc::new(ReclaimQueue::new(c_str!("rdmadisk"))?, GFP_KERNEL)?;
+        let session_wq = Arc::new(ReclaimQueue::new(c_str!("rdmadisk"))?, GFP_KERNEL)?;
+        let io_wq = Arc::new(ReclaimQueue::new(c_str!("rdmadisk_io"))?, GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 disks <- new_mutex!([const { None }; MAX_DISKS], "rdmadisk::map::disks"),
-                wq,
+                session_wq,
+                io_wq,
                 debugfs: debugfs::Dir::new(c_str!("rdmadisk"), None, None, &[]),
             }),
             GFP_KERNEL,
@@ -65,7 +71,7 @@ impl DiskTable {
             return Err(ENOSPC);
         };
         p.index = index as u32;
-        let dev = DiskDev::new(p, self.clone(), self.wq.clone())?;
+        let dev = DiskDev::new(p, self.clone(), self.session_wq.clone(), self.io_wq.clone())?;
         disks[index] = Some(dev.clone());
         Ok(dev)
     }

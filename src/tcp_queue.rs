@@ -179,7 +179,7 @@ impl SockEvents for TcpQueue {
 
 /// Queues the receive work. Any context.
 fn kick_rx(q: &Arc<TcpQueue>) {
-    let _ = q.host.info().wq.queue().enqueue::<_, 2>(q.clone());
+    let _ = q.host.info().io_wq.queue().enqueue::<_, 2>(q.clone());
 }
 
 /// Frame header + message, as one buffer.
@@ -359,7 +359,7 @@ impl TcpQueue {
             .fetch_max(hw, core::sync::atomic::Ordering::Relaxed);
         // Queued under the lock, so that `shutdown` (which marks the queue failed under it,
         // then flushes the work) cannot miss it.
-        let _ = info.wq.queue().enqueue::<_, 1>(self.clone());
+        let _ = info.io_wq.queue().enqueue::<_, 1>(self.clone());
         Ok(())
     }
 
