@@ -3,6 +3,7 @@
 #   make            build rdmadisk.ko (and, once, the cached test kernel it builds against)
 #   make check      every test: host unit tests, fuzz replay, and the two-VM test bed
 #   make demo       boot the test bed, load the module, show both RDMA links
+#   make soak N=100 every fault kind N times under verified I/O (hours); the reliability table
 #   make bench-transport  TCP against RDMA figures, and the I/O gap of a NIC servicing cycle
 #   make kernel     only the cached test kernel
 #   make userspace  the userspace tools (target, test client)
@@ -15,7 +16,7 @@ export RDMADISK_CACHE := $(CACHE)
 KMAKEFLAGS := RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc BINDGEN=$(CACHE)/bin/bindgen
 CARGO_DIR := userspace-tools
 
-.PHONY: all module kernel deps userspace check check-host check-vm demo bench bench-transport clean
+.PHONY: all module kernel deps userspace check check-host check-vm demo bench bench-transport soak clean
 
 all: module
 
@@ -52,6 +53,12 @@ demo: module userspace
 # Benchmarks: figures and same-run ratios, not pass/fail.
 bench: module userspace
 	@selftests/bench/rdma-qd.sh
+
+# The full soak: every fault kind N times under verified I/O, then permanent target deaths;
+# writes selftests/out/reliability.md. make soak N=100 takes hours under TCG.
+N ?= 100
+soak: module userspace
+	@selftests/soak.sh $(N)
 
 # TCP against RDMA (4k randread qd 1/16, same-run ratios) and the longest I/O gap in one NIC
 # servicing cycle.

@@ -23,6 +23,9 @@ ip link set "$nic" up
 rdma link add rxe0 type rxe netdev "$nic" || { echo "rdma link add failed" > "$dir/$role.failed"; }
 echo "$nic" > "$dir/$role.nic"
 echo "agent $role: $nic $addr, rdma: $(rdma link show 2>&1 | tr '\n' ' ')"
+# The kernel log, streamed to the shared directory as it is written, so that it can be read
+# from the host even when a command wedges this agent (a task stuck in the kernel).
+setsid dmesg -w >"$dir/$role.kmsg" 2>&1 </dev/null &
 touch "$dir/$role.ready"
 
 while [ ! -e "$q/STOP" ]; do

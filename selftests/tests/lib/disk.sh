@@ -158,12 +158,18 @@ dk_gone() { # dk_gone DEV [SECONDS]: waits until /sys/block/DEV and /dev/DEV are
 # Prints its output, then "rc=N secs=N" (rc=timeout if it is still running). Status 0 if rc=0.
 dk_timed() {
   local b=$TB_DIR/$DK_ID.cmd-$1 t0=$SECONDS rc
-  rm -f "$b.rc" "$b.rc.tmp" "$b.out"
+  rm -f "$b.rc" "$b.rc.tmp" "$b.out" "$b.pid"
   printf '%s\n' "$3" >"$b.sh"
-  on compute "setsid bash -c 'bash $b.sh >$b.out 2>&1; echo \$? >$b.rc.tmp; mv $b.rc.tmp $b.rc' </dev/null >/dev/null 2>&1 &"
+  on compute "setsid bash -c 'bash $b.sh >$b.out 2>&1; echo \$? >$b.rc.tmp; mv $b.rc.tmp $b.rc' </dev/null >/dev/null 2>&1 & echo \$! >$b.pid"
   while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 0.5; done
   cat "$b.out" 2>/dev/null
-  rc=$(cat "$b.rc" 2>/dev/null); rc=${rc:-timeout}
+  rc=$(cat "$b.rc" 2>/dev/null)
+  if [ -z "$rc" ]; then
+    rc=timeout
+    # Stop it, so it cannot act on what later steps set up (it may be stuck in the kernel,
+    # and then this only stops what it would do next).
+    on compute "kill -KILL -- -\$(cat $b.pid) 2>/dev/null; true" >/dev/null
+  fi
   echo "rc=$rc secs=$((SECONDS - t0))"
   [ "$rc" = 0 ]
 }

@@ -1,0 +1,72 @@
+# A failback that fails must leave the serving transport alone (review item 1: a failed RDMA
+# connect during failback once moved a healthy TCP disk to reconnecting, and EIO followed).
+#
+# The target refuses RDMA connections of client sessions while a marker file exists
+# (--refuse-rdma-file), but still answers probes (session 0) and TCP. The disk is put on TCP
+# (transport=tcp), the marker is created, and transport=auto lets it probe: every probe
+# succeeds, every failback attempt is refused. Verified fio rounds run throughout.
+#
+# Acceptance: over 30 s the failback was attempted and refused several times
+# (connect_failures rise, failbacks do not), and the disk stayed live on TCP the whole time
+# (sampled every 0.5 s: state live, active_transport tcp), its TCP connections untouched
+# (tcp_connects and reconnects unchanged) and I/O flowing (tcp_ios rising); with the marker
+# gone it is back on RDMA; fio verified every round with no error; io_errors=0; no splat.
+
+# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+source "$TB_REPO/selftests/tests/lib/disk.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/transport.sh
+source "$TB_REPO/selftests/tests/lib/transport.sh"
+if ! dk_build; then return 0 2>/dev/null || exit 0; fi
+MARK=/run/rdmadisk-tests/refuse-rdma
+WATCH=${RDT77_WATCH_S:-30}
+tr_dmesg_mark
+
+on storage "mkdir -p /run/rdmadisk-tests; rm -f $MARK" >/dev/null
+back=$(dk_backing vol0 16M)
+dk_target_start --export "vol0=$back" --refuse-rdma-file "$MARK" >/dev/null && dk_load && dk_map_disk d77 vol0 queues=2
+if ! res $? "target (refusing RDMA while $MARK exists); insmod; map name=d77 queues=2: /dev/${DK_DEV:-?} is live"; then
+  dk_cleanup; return 0 2>/dev/null || exit 0
+fi
+dev=$DK_DEV
+tr_set "$dev" probe_interval_ms=1000 failback_probes=2
+tr_rounds_start f "$(tr_fio_args f77)"
+
+tr_set "$dev" transport=tcp && tr_wait tcp "$dev" 120 tcp tcp_ios 0
+res $? "transport=tcp: on TCP with I/O flowing ($TR_WAIT)"
+on storage "touch $MARK" >/dev/null
+read -r cf0 fb0 tc0 rc0 io0 <<<"$(tr_stat "$dev" connect_failures failbacks tcp_connects reconnects tcp_ios)"
+tr_set "$dev" transport=auto
+res $? "marker created; transport=auto: the disk probes RDMA, whose failbacks are refused"
+
+# Sample the disk for WATCH seconds in the VM.
+out=$(dk_timed watch $((WATCH + 60)) "
+a=/sys/block/$dev/rdmadisk; bad=0; n=0; end=\$((\$(date +%s) + $WATCH))
+while [ \$(date +%s) -lt \$end ]; do
+  s=\$(cat \$a/state); t=\$(cat \$a/active_transport); n=\$((n + 1))
+  [ \"\$s\" = live ] && [ \"\$t\" = tcp ] || { bad=\$((bad + 1)); echo \"  sample: state=\$s active=\$t session=\$(cat \$a/session)\"; }
+  sleep 0.5
+done
+echo \"SAMPLES n=\$n bad=\$bad\"")
+grep '^  sample' <<<"$out" | head -n 10
+line=$(grep '^SAMPLES' <<<"$out")
+read -r cf1 fb1 tc1 rc1 io1 pr1 <<<"$(tr_stat "$dev" connect_failures failbacks tcp_connects reconnects tcp_ios probes)"
+n_gt "$cf1" $((cf0 + 1)) && n_eq "$fb1" "$fb0"
+res $? "failback attempted and refused: connect_failures $cf0 -> $cf1, failbacks $fb0 -> $fb1, probes $pr1"
+[ "$(word bad "$line")" = 0 ] && n_gt "$(word n "$line")" 2
+res $? "the disk stayed live on TCP throughout ($line)"
+n_eq "$tc1" "$tc0" && n_eq "$rc1" "$rc0" && n_gt "$io1" "$io0"
+res $? "its TCP connections were untouched (tcp_connects $tc0 -> $tc1, reconnects $rc0 -> $rc1) and I/O flowed (tcp_ios $io0 -> $io1)"
+grep -c 'RDMA refused for client sessions' "$DK_TLOG" | sed 's/^/  target refusals logged: /'
+
+on storage "rm -f $MARK" >/dev/null
+tr_wait rdma "$dev" 120 rdma rdma_ios "$(tr_stat "$dev" rdma_ios)"
+res $? "marker removed: back on RDMA with I/O flowing ($TR_WAIT)"
+tr_rounds_stop f 300
+res $? "fio through it all: every round verified with no error: $FIO_SUM"
+dk_csnap "$dev"
+n_eq "$(cstat io_errors)" 0
+res $? "io_errors=$(cstat io_errors), failbacks=$(cstat failbacks), connect_failures=$(cstat connect_failures)"
+dk_unmap "$dev" normal && dk_gone "$dev" 30 && on compute "rmmod rdmadisk"
+res $? "unmap normal; rmmod"
+tr_splat_check
+dk_cleanup

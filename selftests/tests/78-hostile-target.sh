@@ -1,0 +1,76 @@
+# A hostile target: the target runs with --hostile, breaking every 4th response on purpose in
+# each of the ways a broken or malicious peer would (rdmadisk-target's hostile mode):
+#   RDMA: unknown request ids, duplicate responses, the wrong rkey invalidated, no invalidation,
+#         out-of-range statuses, lengths larger than asked, truncated and garbage messages,
+#         credit grants that overflow, and an RDMA Write to a read's rkey after its response;
+#   TCP:  the same, where TCP has them (no rkeys, no invalidation, no late write).
+# Verified fio runs on RDMA (transport=rdma, so resets reconnect RDMA instead of failing over),
+# then on TCP (transport=tcp).
+#
+# Acceptance: fio finishes both phases with no error and its data verified (no request failed
+# or was completed twice or with another's response); every hostile kind was acted out; every
+# late RDMA Write was refused by the client's NIC (late_write_rejected > 0,
+# late_write_succeeded = 0: no buffer stayed reachable after its response); the client dropped
+# stale responses, caught wrong keys, invalidated locally, and reset connections; io_errors=0;
+# no kernel splat; the disk unmaps and the module unloads.
+# timeout: 1500
+
+# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+source "$TB_REPO/selftests/tests/lib/disk.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/transport.sh
+source "$TB_REPO/selftests/tests/lib/transport.sh"
+if ! dk_build; then return 0 2>/dev/null || exit 0; fi
+RDMA_KINDS=unknown_tag,dup_response,wrong_rkey,no_invalidate,bad_status,long_length,truncated,garbage,credit_overflow,late_write
+tr_dmesg_mark
+
+back=$(dk_backing vol0 16M)
+dk_target_start --export "vol0=$back" --hostile "$RDMA_KINDS" --hostile-every 4 >/dev/null &&
+  dk_load && dk_map_disk d78 vol0
+if ! res $? "hostile target (every 4th response, all kinds); insmod; map name=d78: /dev/${DK_DEV:-?} is live"; then
+  tail -n 20 "$DK_TLOG" | indent "target: "
+  dk_cleanup; return 0 2>/dev/null || exit 0
+fi
+dev=$DK_DEV
+grep -m1 'HOSTILE' "$DK_TLOG" | indent "target: "
+# Each reset reconnects at once; keep every other timer out of the way.
+tr_set "$dev" transport=rdma io_timeout_ms=20000 loss_timeout_s=600 keepalive_ms=0
+res $? "transport=rdma (resets reconnect RDMA), io_timeout_ms=20000, loss_timeout_s=600"
+
+fio_args() { # NAME SEED
+  echo "--name=$1 --filename=/dev/$dev --rw=randrw --rwmixread=50 --bsrange=4k-64k --iodepth=8" \
+    "--size=3M --verify=crc32c --do_verify=1 --randseed=$2"
+}
+DK_FIO_TIMEOUT=600 dk_fio rdma "$(fio_args hostile-rdma 781)"
+res $? "over RDMA: fio with verify through the hostile responses: $FIO_SUM"
+dk_csnap "$dev"; c1=$DK_CS
+dk_show client "$c1"
+
+tr_set "$dev" transport=tcp && tr_wait tcp "$dev" 120 tcp
+res $? "transport=tcp: on TCP ($TR_WAIT)"
+DK_FIO_TIMEOUT=600 dk_fio tcp "$(fio_args hostile-tcp 782) --offset=4M"
+res $? "over TCP: fio with verify through the hostile responses: $FIO_SUM"
+dk_csnap "$dev"
+dk_show client "$DK_CS"
+dk_tsnap
+dk_show target "$(grep -E '^(hostile|late_write|resets|rdma_errors|tcp_connections|rdma_connections)' <<<"$DK_TS")"
+
+missing=
+for k in ${RDMA_KINDS//,/ }; do n_gt "$(tstat "hostile_$k")" 0 || missing+=" $k"; done
+[ -z "$missing" ]
+res $? "the target acted out every hostile kind (hostile_acts=$(tstat hostile_acts))${missing:+; never:$missing}"
+n_gt "$(tstat late_write_rejected)" 0 && n_eq "$(tstat late_write_succeeded)" 0
+res $? "every late RDMA Write after a response was refused by the client (late_write_rejected=$(tstat late_write_rejected), late_write_succeeded=$(tstat late_write_succeeded)): no buffer stayed reachable"
+grep -E 'late RDMA Write|late_write' "$DK_TLOG" | head -n 2 | indent "target log: "
+# A wrong key is refused by the client's NIC (rxe fails the receive: the connection resets)
+# or caught by the driver (rkey_mismatches); either way nothing completes with it.
+n_gt "$(kv stale_responses "$c1")" 0 && n_gt "$(kv local_invalidations "$c1")" 0 && n_gt "$(kv reconnects "$c1")" 0
+res $? "over RDMA the client dropped stale responses ($(kv stale_responses "$c1")), invalidated locally what was left valid ($(kv local_invalidations "$c1")), and reset and reconnected on the rest ($(kv reconnects "$c1"); wrong keys caught by the driver: $(kv rkey_mismatches "$c1"))"
+n_gt "$(cstat reconnects)" "$(kv reconnects "$c1")" && n_gt "$(cstat tcp_ios)" 0
+res $? "over TCP the client reset on every hostile frame and reconnected (reconnects $(kv reconnects "$c1") -> $(cstat reconnects)), tcp_ios=$(cstat tcp_ios)"
+n_eq "$(cstat io_errors)" 0 && [ "$(on compute "cat /sys/block/$dev/rdmadisk/state")" = live ]
+res $? "io_errors=$(cstat io_errors), state live"
+
+dk_unmap "$dev" normal && dk_gone "$dev" 30 && dk_timed rmmod 60 "rmmod rdmadisk" >/dev/null
+res $? "unmap normal; rmmod rdmadisk"
+tr_splat_check
+dk_cleanup

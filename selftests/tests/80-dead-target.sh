@@ -1,0 +1,54 @@
+# A target that dies for good must fail the disk's I/O within the loss timeout, never hang it,
+# with buffered writeback in flight (the case that once hung `dd ... conv=fsync` for minutes).
+#
+# loss_timeout_s=15 with io_timeout_ms=120000 (so nothing but the loss timeout and the health
+# check can end the outage), keepalive_ms=2000. A buffered `dd conv=fsync` of 48 MiB runs beside
+# a direct-I/O fio; then:
+#   A. the target is killed (SIGKILL) and never restarted;
+#   B. (a fresh target and mapping) the target is frozen (SIGSTOP, its connections up) and never
+#      resumed.
+# And C: fast_io_fail_s=3 with loss_timeout_s=120: the target killed, I/O fails after about 3 s
+# while the disk keeps reconnecting; the target restarted: the disk is live again and I/O works.
+#
+# Acceptance (A and B): within loss_timeout_s + 30 s of the death, dd's fsync and fio fail
+# (non-zero exits), no task is left in D state, the disk is `failed` and stops reconnecting
+# (its connection counters stay put), and unmap and rmmod succeed. (C): as above.
+# timeout: 1200
+
+# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+source "$TB_REPO/selftests/tests/lib/disk.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/transport.sh
+source "$TB_REPO/selftests/tests/lib/transport.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/soak.sh
+source "$TB_REPO/selftests/tests/lib/soak.sh"
+if ! dk_build; then return 0 2>/dev/null || exit 0; fi
+LOSS=15
+MARGIN=30
+tr_dmesg_mark
+
+death killed KILL
+death frozen STOP
+
+# C: fast_io_fail_s fails I/O early while reconnecting goes on; the target comes back.
+back=$(dk_backing fast 64M)
+dk_target_start --export "vol0=$back" >/dev/null && dk_load && dk_map_disk d80fast vol0
+if res $? "[fast] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
+  dev=$DK_DEV
+  tr_set "$dev" loss_timeout_s=120 fast_io_fail_s=3 io_timeout_ms=120000 keepalive_ms=2000
+  res $? "[fast] fast_io_fail_s=3, loss_timeout_s=120"
+  on storage "kill -KILL \$(cat $DK_TPID)" >/dev/null
+  t0=$SECONDS
+  out=$(dk_timed fastio 60 "t0=\$(date +%s%N); dd if=/dev/$dev of=/dev/null bs=4k count=1 iflag=direct skip=100 2>&1; echo dd=\$? ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))")
+  printf '%s\n' "$out" | indent
+  ms=$(sed -n 's/.*dd=[1-9].* ms=\([0-9]*\)/\1/p' <<<"$out")
+  st=$(on compute "cat /sys/block/$dev/rdmadisk/state; grep -o 'fast_io_fails=[0-9]*' /sys/block/$dev/rdmadisk/stats")
+  is_num "$ms" && (( ms <= 30000 )) && grep -q '^reconnecting$' <<<"$st" && grep -q 'fast_io_fails=1' <<<"$st"
+  res $? "[fast] a read fails after ${ms:-?} ms (fast_io_fail_s=3), the disk still reconnecting (${st//$'\n'/, })"
+  dk_target_start --export "vol0=$back" >/dev/null
+  tr_wait back "$dev" 90 any
+  res $? "[fast] the target restarted: the disk is live again ($TR_WAIT)"
+  dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bs=4k --size=2M --iodepth=4 --verify=crc32c --do_verify=1"
+  res $? "[fast] I/O works again: $FIO_SUM"
+fi
+tr_splat_check
+dk_cleanup

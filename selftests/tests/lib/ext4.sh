@@ -1,0 +1,48 @@
+# shellcheck shell=bash
+# An ext4 filesystem on a mapped disk with a steady fsync'd write load and a sha256 manifest of
+# every file whose fsync succeeded: what a user's filesystem does through a fault. Sourced after
+# lib/disk.sh:  source "$TB_REPO/selftests/tests/lib/ext4.sh"
+#
+#   fs_start TAG DEV        mkfs.ext4 /dev/DEV, mount it on /mnt/TAG, start the writer
+#   fs_stop TAG             stop the writer; prints its summary; status 0 if no write failed
+#   fs_check TAG DEV        unmount, e2fsck -fn, mount again, check every manifest entry
+#
+# The writer loops: a file of 16-256 KiB of random data, written and fsynced (dd conv=fsync),
+# then its name and sha256 appended to the manifest; a failed dd is logged as FAIL. It also
+# touches a heartbeat so a stall shows. Files: $TB_DIR/$DK_ID.fs-TAG.{manifest,log,stop,done}.
+
+fs_start() {
+  local tag=$1 dev=$2 b=$TB_DIR/$DK_ID.fs-$1
+  on compute "rm -f $b.manifest $b.log $b.stop $b.done
+mkdir -p /mnt/$tag && mkfs.ext4 -q -F /dev/$dev && mount /dev/$dev /mnt/$tag" || return 1
+  DK_MOUNTS+=" /mnt/$tag"
+  printf '%s\n' "n=0
+while [ ! -e $b.stop ]; do
+  n=\$((n + 1)); f=/mnt/$tag/f\$n
+  kb=\$(( (RANDOM % 16 + 1) * 16 ))
+  if dd if=/dev/urandom of=\$f bs=1k count=\$kb conv=fsync status=none 2>>$b.log; then
+    echo \"\$(sha256sum \$f | cut -d' ' -f1) f\$n\" >>$b.manifest
+  else
+    echo \"FAIL f\$n \$(date +%s)\" >>$b.log
+  fi
+done
+echo \$n >$b.done" >"$b.sh"
+  on compute "setsid bash $b.sh </dev/null >/dev/null 2>&1 &"
+}
+
+fs_stop() {
+  local b=$TB_DIR/$DK_ID.fs-$1 t0=$SECONDS files fails
+  touch "$b.stop"
+  while [ ! -e "$b.done" ] && (( SECONDS - t0 < ${2:-300} )); do sleep 1; done
+  files=$(grep -c . "$b.manifest" 2>/dev/null); fails=$(grep -c '^FAIL' "$b.log" 2>/dev/null)
+  FS_SUM="ext4: ${files:-0} files written and fsynced, ${fails:-0} failed writes$([ -e "$b.done" ] || echo ', writer still running')"
+  [ -e "$b.done" ] && [ "${fails:-0}" = 0 ] && [ "${files:-0}" -gt 0 ]
+}
+
+fs_check() {
+  local tag=$1 dev=$2 b=$TB_DIR/$DK_ID.fs-$1 out
+  out=$(on compute "umount /mnt/$tag && e2fsck -fn /dev/$dev >$b.fsck 2>&1; echo fsck=\$?
+mount /dev/$dev /mnt/$tag && cd /mnt/$tag && awk '{ print \$1 \"  \" \$2 }' $b.manifest | sha256sum -c --quiet 2>&1 | head -n 5; echo sums=\${PIPESTATUS[1]}")
+  FS_CHECK=$(tr '\n' ' ' <<<"$out")
+  grep -q '^fsck=0$' <<<"$out" && grep -q '^sums=0$' <<<"$out"
+}

@@ -1,0 +1,255 @@
+# shellcheck shell=bash disable=SC2034 # SOAK_* are read by the callers
+# The soak: verified fio on one disk and an ext4 filesystem with a sha256 manifest on another,
+# while each kind of fault is injected N times, then every check a user would want: fsck, the
+# checksums, a kmemleak scan, rmmod, dmesg. Used by tests/90-soak.sh (make check runs N=1) and
+# by `make soak N=...` (selftests/soak.sh), which also writes docs/reliability.md.
+# Sourced after lib/disk.sh, lib/transport.sh and lib/ext4.sh.
+#
+# Every fault episode is a window in the compute VM's clock (seconds since boot, as dmesg
+# stamps lines): $TB_DIR/$DK_ID.windows has "KIND N START END RECOVERED". A VM-side sampler logs
+# both disks' completed requests every 0.2 s, and each fio round its start, end and result, so
+# soak_report can give, per fault kind, the I/O errors, verify failures, longest stall and
+# kernel splats inside its windows.
+
+SOAK_KINDS=${SOAK_KINDS:-"nic link netem kill stop corrupt flip failback"}
+SOAK_MARK=/run/rdmadisk-tests/refuse-rdma
+SOAK_RECOVER_S=${SOAK_RECOVER_S:-120}
+
+soak_uptime() { on compute "cut -d' ' -f1 /proc/uptime"; }
+
+# soak_setup: target with two exports, disks d90 (fio) and e90 (ext4), the sampler and the
+# fio rounds. Sets SOAK_D, SOAK_E.
+soak_setup() {
+  local back fsback
+  on storage "mkdir -p /run/rdmadisk-tests; rm -f $SOAK_MARK" >/dev/null
+  back=$(dk_backing vol0 32M)
+  fsback=$(dk_backing fs0 96M)
+  SOAK_TARGET_ARGS="--export vol0=$back --export fs0=$fsback --refuse-rdma-file $SOAK_MARK"
+  # shellcheck disable=SC2086 # word splitting intended
+  dk_target_start $SOAK_TARGET_ARGS >/dev/null && dk_load &&
+    dk_map_disk e90 fs0 queues=2 && SOAK_E=$DK_DEV && dk_map_disk d90 vol0 queues=2 && SOAK_D=$DK_DEV || return 1
+  tr_set "$SOAK_D" io_timeout_ms=5000 && tr_set "$SOAK_E" io_timeout_ms=5000 || return 1
+  fs_start soak "$SOAK_E" || return 1
+  local smp=$TB_DIR/$DK_ID.sampler
+  cat >"$smp.sh" <<EOF
+while :; do
+  echo "\$(cut -d' ' -f1 /proc/uptime) \$(awk -F= '\$1 == "rdma_ios" || \$1 == "tcp_ios" { s += \$2 } END { print s + 0 }' /sys/block/$SOAK_D/rdmadisk/stats) \$(awk -F= '\$1 == "rdma_ios" || \$1 == "tcp_ios" { s += \$2 } END { print s + 0 }' /sys/block/$SOAK_E/rdmadisk/stats)"
+  sleep 0.2
+done
+EOF
+  on compute "rm -f $smp.log; setsid bash $smp.sh >$smp.log 2>&1 </dev/null & echo \$! >$smp.pid" >/dev/null
+  local b=$TB_DIR/$DK_ID.rounds
+  rm -f "$b".* 
+  printf '%s\n' "n=0
+while [ ! -e $b.stop ]; do
+  n=\$((n + 1)); t0=\$(cut -d' ' -f1 /proc/uptime)
+  timeout 900 fio $DK_FIO_BASE --output=$b.r\$n.out --randseed=\$n --name=soak --filename=/dev/$SOAK_D --rw=randrw --rwmixread=50 --bsrange=4k-64k --iodepth=16 --numjobs=2 --size=2M --offset_increment=8M --verify=crc32c --do_verify=1 >$b.r\$n.log 2>&1
+  echo \"\$? \$t0 \$(cut -d' ' -f1 /proc/uptime)\" >$b.r\$n.rc
+done
+echo \$n >$b.done" >"$b.sh"
+  on compute "setsid bash $b.sh </dev/null >/dev/null 2>&1 &" >/dev/null
+  : >"$TB_DIR/$DK_ID.windows"
+}
+
+# soak_recovered: both disks live and their I/O moving again (bounded). Status 0 if so.
+soak_recovered() {
+  local d e
+  read -r d e <<<"$(on compute "for x in $SOAK_D $SOAK_E; do awk -F= '\$1 == \"rdma_ios\" || \$1 == \"tcp_ios\" { s += \$2 } END { printf \"%d \", s }' /sys/block/\$x/rdmadisk/stats; done")"
+  tr_wait rec "$SOAK_D" "$SOAK_RECOVER_S" any ios "${d:-0}" >/dev/null &&
+    tr_wait rec "$SOAK_E" "$SOAK_RECOVER_S" any ios "${e:-0}" >/dev/null
+}
+
+soak_set_faults() { # soak_set_faults VALUE: corrupt_read/corrupt_write_crc every VALUE on both disks
+  on compute "for x in $SOAK_D $SOAK_E; do f=/sys/kernel/debug/rdmadisk/\$x; echo $1 >\$f/corrupt_read_every; echo $1 >\$f/corrupt_write_crc_every; done" >/dev/null
+}
+
+# soak_fault KIND: one episode of KIND (see SOAK_KINDS), up to the disks' recovery.
+soak_fault() {
+  local nic; nic=$(tr_nic)
+  case $1 in
+    nic)
+      dk_timed nicdel 60 "rdma link delete rxe0" >/dev/null
+      tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp >/dev/null
+      on compute "rdma link add rxe0 type rxe netdev $nic" >/dev/null
+      tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma >/dev/null ;;
+    link)
+      tb_link down; sleep 3; tb_link up ;;
+    netem)
+      on compute "tc qdisc add dev $nic root netem loss 1% delay 5ms" >/dev/null
+      on storage "tc qdisc add dev \$(ls /sys/class/net | grep -m1 '^en') root netem loss 1% delay 5ms" >/dev/null
+      sleep 10
+      on compute "tc qdisc del dev $nic root" >/dev/null
+      on storage "tc qdisc del dev \$(ls /sys/class/net | grep -m1 '^en') root" >/dev/null ;;
+    kill)
+      on storage "kill -KILL \$(cat $DK_TPID)" >/dev/null
+      sleep 2
+      # shellcheck disable=SC2086
+      dk_target_start $SOAK_TARGET_ARGS >/dev/null ;;
+    stop)
+      on storage "kill -STOP \$(cat $DK_TPID)" >/dev/null
+      sleep 7
+      on storage "kill -CONT \$(cat $DK_TPID)" >/dev/null ;;
+    corrupt)
+      soak_set_faults 5; sleep 6; soak_set_faults 0 ;;
+    flip)
+      tr_set "$SOAK_D" transport=tcp && tr_set "$SOAK_E" transport=tcp
+      tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp >/dev/null
+      tr_set "$SOAK_D" transport=auto && tr_set "$SOAK_E" transport=auto
+      tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma >/dev/null ;;
+    failback)
+      tr_set "$SOAK_D" transport=tcp && tr_set "$SOAK_E" transport=tcp
+      tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp >/dev/null
+      on storage "touch $SOAK_MARK" >/dev/null
+      tr_set "$SOAK_D" transport=auto && tr_set "$SOAK_E" transport=auto
+      sleep 8
+      on storage "rm -f $SOAK_MARK" >/dev/null
+      tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma >/dev/null ;;
+  esac
+}
+
+# soak_run N: every kind N times, round-robin, each episode a window. Prints progress.
+soak_run() {
+  local n=$1 i k t0 t1 ok t_start=$SECONDS
+  for ((i = 1; i <= n; i++)); do
+    for k in $SOAK_KINDS; do
+      t0=$(soak_uptime)
+      soak_fault "$k"
+      soak_recovered; ok=$?
+      t1=$(soak_uptime)
+      echo "$k $i $t0 $t1 $([ $ok = 0 ] && echo yes || echo no)" >>"$TB_DIR/$DK_ID.windows"
+      [ $ok = 0 ] || echo "  $k #$i: the disks did not recover within $SOAK_RECOVER_S s"
+    done
+    echo "  soak cycle $i/$n done ($((SECONDS - t_start)) s)"
+  done
+}
+
+# soak_finish: stops the load and checks everything. TAP lines.
+soak_finish() {
+  local b=$TB_DIR/$DK_ID.rounds t0=$SECONDS
+  touch "$b.stop"
+  while [ ! -e "$b.done" ] && (( SECONDS - t0 < 600 )); do sleep 2; done
+  on compute "kill \$(cat $TB_DIR/$DK_ID.sampler.pid)" >/dev/null
+  local rounds bad
+  rounds=$(ls "$b".r*.rc 2>/dev/null | wc -l)
+  bad=$(awk '$1 != 0 { print FILENAME }' "$b".r*.rc 2>/dev/null | wc -l)
+  [ -e "$b.done" ] && [ "$rounds" -gt 0 ] && [ "$bad" = 0 ]
+  res $? "fio through every fault: $rounds verified rounds, $bad failed"
+  fs_stop soak
+  res $? "$FS_SUM"
+  fs_check soak "$SOAK_E"
+  res $? "ext4: e2fsck clean and every fsynced file matches its sha256 ($FS_CHECK)"
+  local de ee
+  de=$(tr_stat "$SOAK_D" io_errors); ee=$(tr_stat "$SOAK_E" io_errors)
+  n_eq "$de" 0 && n_eq "$ee" 0
+  res $? "io_errors=0 on both disks (d90 $de, e90 $ee)"
+  on compute "umount /mnt/soak" >/dev/null
+  local leaks
+  leaks=$(on compute "echo scan >/sys/kernel/debug/kmemleak && sleep 6 && echo scan >/sys/kernel/debug/kmemleak && grep -c 'unreferenced object' /sys/kernel/debug/kmemleak")
+  [ "$leaks" = 0 ]
+  res $? "kmemleak scan: ${leaks:-no result} unreferenced objects"
+  dk_unmap "$SOAK_D" normal && dk_gone "$SOAK_D" 30 && dk_unmap "$SOAK_E" normal && dk_gone "$SOAK_E" 30 &&
+    dk_timed rmmod 60 "rmmod rdmadisk" >/dev/null
+  res $? "unmap both disks; rmmod"
+}
+
+# soak_report: the per-kind table (markdown) from the windows, the sampler, the fio rounds and
+# the kernel log.
+soak_report() {
+  python3 - "$TB_DIR/$DK_ID.windows" "$TB_DIR/$DK_ID.sampler.log" "$TB_DIR/compute.kmsg" "$TB_SPLAT_RE" "$TB_DIR/$DK_ID.rounds" <<'PY'
+import glob, re, sys
+wfile, sfile, kfile, splat_re, rounds = sys.argv[1:6]
+wins = []
+for l in open(wfile):
+    k, i, a, b, ok = l.split()
+    wins.append((k, float(a), float(b), ok == "yes"))
+samples = []
+for l in open(sfile):
+    p = l.split()
+    if len(p) == 3 and all(re.fullmatch(r"[0-9.]+", x) for x in p):
+        samples.append((float(p[0]), int(float(p[1])), int(float(p[2]))))
+def stall(a, b):
+    m = 0.0
+    for col in (1, 2):
+        last_t, last_v = None, None
+        for s in samples:
+            if s[0] < a - 5 or s[0] > b + 5:
+                continue
+            if last_v is None or s[col] != last_v:
+                if last_t is not None:
+                    m = max(m, s[0] - last_t)
+                last_t, last_v = s[0], s[col]
+        if last_t is not None:
+            m = max(m, min(b, samples[-1][0]) - last_t)
+    return m
+splat = re.compile(splat_re)
+kmsg = []
+for l in open(kfile, errors="replace"):
+    m = re.match(r"\[\s*([0-9.]+)\]", l)
+    if m and splat.search(l):
+        kmsg.append(float(m.group(1)))
+rds = []
+for f in glob.glob(rounds + ".r*.rc"):
+    rc, a, b = open(f).read().split()[:3]
+    log = open(f[:-3] + ".log", errors="replace").read() + open(f[:-3] + ".out", errors="replace").read()
+    rds.append((int(rc), float(a), float(b), "verify" in log and int(rc) != 0))
+kinds = []
+for k, *_ in wins:
+    if k not in kinds:
+        kinds.append(k)
+print("| fault | injected | recovered | fio I/O errors | verify failures | longest stall (s) | splats |")
+print("|---|---|---|---|---|---|---|")
+tot = [0, 0, 0, 0, 0.0, 0]
+for k in kinds:
+    w = [x for x in wins if x[0] == k]
+    over = lambda a, b: [r for r in rds if r[1] <= b and r[2] >= a]
+    errs = len({id(r) for x in w for r in over(x[1], x[2]) if r[0] != 0})
+    ver = len({id(r) for x in w for r in over(x[1], x[2]) if r[3]})
+    st = max((stall(x[1], x[2]) for x in w), default=0)
+    sp = sum(1 for t in kmsg for x in w if x[1] - 1 <= t <= x[2] + 1)
+    rec = sum(1 for x in w if x[3])
+    print(f"| {k} | {len(w)} | {rec} | {errs} | {ver} | {st:.1f} | {sp} |")
+    tot = [tot[0] + len(w), tot[1] + rec, tot[2] + errs, tot[3] + ver, max(tot[4], st), tot[5] + sp]
+print(f"| **all** | {tot[0]} | {tot[1]} | {tot[2]} | {tot[3]} | {tot[4]:.1f} | {tot[5]} |")
+PY
+}
+
+# death TAG SIGNAL: a target that dies for good (SIGKILL, never restarted) or freezes for good
+# (SIGSTOP, its connections up, never resumed), with buffered writeback and direct fio in
+# flight. TAP lines; status 0 if every check held. Needs LOSS and MARGIN.
+death() {
+  local tag=$1 sig=$2 t0 took dd_rc fio_rc before after c b back
+  back=$(dk_backing "$tag" 64M)
+  dk_target_start --export "vol0=$back" >/dev/null && dk_load && dk_map_disk "dth$tag" vol0
+  if ! res $? "[$tag] target; insmod; map: /dev/${DK_DEV:-?} is live"; then return 1; fi
+  local dev=$DK_DEV
+  b=$TB_DIR/$DK_ID.$tag
+  tr_set "$dev" loss_timeout_s="$LOSS" io_timeout_ms=120000 keepalive_ms=2000
+  on compute "rm -f $b.dd.rc $b.dd.log
+setsid bash -c 'dd if=/dev/urandom of=/dev/$dev bs=1M count=48 seek=8 conv=fsync >$b.dd.log 2>&1; echo \$? >$b.dd.rc' </dev/null >/dev/null 2>&1 &" >/dev/null
+  dk_fio_bg "$tag" "--name=$tag --filename=/dev/$dev --rw=randwrite --bs=64k --size=6M --iodepth=8 --time_based --runtime=600"
+  sleep 8
+  on storage "kill -$sig \$(cat $DK_TPID); sleep 0.5; grep State /proc/\$(cat $DK_TPID)/status 2>/dev/null || echo gone" | indent "target: "
+  t0=$SECONDS
+  while (( SECONDS - t0 < LOSS + MARGIN + 30 )); do
+    [ -e "$b.dd.rc" ] && [ -e "$TB_DIR/$DK_ID.fio-$tag.rc" ] && break
+    sleep 1
+  done
+  took=$((SECONDS - t0))
+  dd_rc=$(cat "$b.dd.rc" 2>/dev/null)
+  fio_rc=$(cat "$TB_DIR/$DK_ID.fio-$tag.rc" 2>/dev/null)
+  tail -n 2 "$b.dd.log" 2>/dev/null | indent "dd: "
+  [ -n "$dd_rc" ] && [ "$dd_rc" != 0 ] && [ -n "$fio_rc" ] && [ "$fio_rc" != 0 ] && (( took <= LOSS + MARGIN ))
+  res $? "[$tag] target SIG$sig for good: buffered dd+fsync and direct fio both fail, after ${took} s (limit loss_timeout_s $LOSS + $MARGIN s): dd rc=${dd_rc:-none} fio rc=${fio_rc:-none}"
+  on compute "ps -eo stat=,comm=,wchan:32= | awk '\$1 ~ /^D/ && \$2 !~ /^(kworker|jbd2|rcu)/' | grep . && exit 1; exit 0" | indent "D state: "
+  res "${PIPESTATUS[0]}" "[$tag] no task left in D state"
+  c=$(on compute "cat /sys/block/$dev/rdmadisk/state")
+  before=$(tr_stat "$dev" tcp_connects connect_failures probes)
+  sleep 12
+  after=$(tr_stat "$dev" tcp_connects connect_failures probes)
+  [ "$c" = failed ] && [ "$before" = "$after" ]
+  res $? "[$tag] the disk is failed ('$c') and stopped reconnecting (tcp_connects connect_failures probes: $before -> $after over 12 s)"
+  dk_unmap "$dev" normal && dk_gone "$dev" 30 && dk_timed rmmod 60 "rmmod rdmadisk" >/dev/null
+  res $? "[$tag] unmap normal and rmmod succeed after the death"
+  dk_fio_kill "$tag"
+  on storage "p=\$(cat $DK_TPID 2>/dev/null); [ -n \"\$p\" ] && kill -CONT \$p && kill -KILL \$p; rm -f $DK_TPID; true" >/dev/null
+}
