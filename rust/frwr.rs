@@ -55,9 +55,6 @@ pub(crate) struct DmaRq<P: Send + Sync> {
     dir: b::dma_data_direction,
 }
 
-// SAFETY: The request token and the device reference are `Send`; the rest is plain data.
-unsafe impl<P: Send + Sync> Send for DmaRq<P> {}
-
 impl<P: Send + Sync> DmaRq<P> {
     /// Maps `rq`'s data for the access the peer gets: `Read` (the peer reads: a block write)
     /// or `Write` (the peer writes: a block read). On failure the request comes back.
@@ -172,6 +169,8 @@ pub(crate) enum InvError {
     NotInvalidated,
     /// The peer invalidated another key than this registration's.
     WrongKey { invalidated: u32, registered: u32 },
+    /// A LOCAL_INV of the registration is in progress.
+    Invalidating,
 }
 
 /// A slot's registration state.
@@ -261,6 +260,13 @@ impl<H: CmHandler> MrPool<H> {
             .ok_or(EINVAL)
     }
 
+    /// A local key that no memory region of the pool's PD carries: the first MR's with its
+    /// key byte flipped (the MR index exists, the key cannot match), for fault injection.
+    pub(super) fn bad_lkey(&self) -> Result<u32> {
+        let mr = self.slots.first().ok_or(EINVAL)?;
+        Ok(mr.mr.lkey() ^ 0xff)
+    }
+
     /// Hands every registered request to `each`. Only for a QP that is drained and destroyed.
     pub(super) fn release_all(&mut self, mut each: impl FnMut(Rq<H::Pdu>)) {
         for s in self.slots.iter_mut() {
@@ -279,8 +285,12 @@ impl<H: CmHandler> MrPool<H> {
 /// `wc` is a valid completion whose `wr_cqe` is the CQE at offset `off` of the [`SlotHead`]
 /// of an `MrSlot<H>` of a live QP.
 unsafe fn slot_of<'a, H: CmHandler>(wc: *const b::ib_wc, off: usize) -> (&'a SlotHead, &'a H) {
-    // SAFETY: Per the contract the CQE lies `off` bytes into a slot head that lives until the
-    // QP is destroyed, which waits for this completion; its handler outlives the QP.
+    // SAFETY: Per the contract the CQE lies `off` bytes into a slot head (the CQE was taken
+    // with `addr_of_mut!` from a live slot, so stepping back within the same boxed slot stays
+    // in its allocation). The slot lives until the pool is dropped, which `CmId::destroy_qp`
+    // does only after `ib_drain_qp` (every work request completed and its handler returned)
+    // and after the CQ, the last place a completion could come from, is freed; the handler
+    // outlives the QP (`CmId` drops it after `rdma_destroy_id`).
     unsafe {
         let cqe = (*wc).__bindgen_anon_1.wr_cqe.cast::<u8>();
         let head = &*cqe.sub(off).cast::<SlotHead>();
@@ -384,7 +394,11 @@ impl<H: CmHandler> CmId<H> {
             .and_then(|p| p.slot(tag))
             .map_err(|_| InvError::NotRegistered)?;
         let registered = match slot.state {
-            RegState::Live { rkey } | RegState::Invalidating { rkey } => rkey,
+            RegState::Live { rkey } => rkey,
+            // A LOCAL_INV of this registration is posted: only its completion frees the
+            // slot, so that it cannot be registered again while that work request refers to
+            // the key.
+            RegState::Invalidating { .. } => return Err(InvError::Invalidating),
             RegState::Free => return Err(InvError::NotRegistered),
         };
         let invalidated = match wc.invalidated_rkey() {
@@ -428,8 +442,10 @@ fn post_reg_send_on<H: CmHandler, O: MsgOwner>(
         return Err((EBUSY, Some(data), msg));
     }
     let mr = slot.mr.as_ptr();
-    // SAFETY: The slot is free (`&mut` on it, and no registration), so nothing uses the MR and
-    // no work request refers to its key; a new key makes a stale rkey of an earlier I/O useless.
+    // SAFETY: The slot is free (`&mut` on it, and no registration): its last registration was
+    // ended by a remote invalidation, by a completed LOCAL_INV (a slot with one in progress is
+    // `Invalidating`, never `Free`), or never happened, so nothing uses the MR and no posted
+    // work request refers to its key; a new key makes a stale rkey of an earlier I/O useless.
     unsafe { b::rdmadisk_ib_update_fast_reg_key(mr, (slot.mr.rkey() as u8).wrapping_add(1)) };
     // SAFETY: `data` holds `mapped` DMA-mapped entries; the MR was allocated for at least as
     // many pages as the queue's limits allow a request (see the caller's QpCaps), and

@@ -336,16 +336,31 @@ impl<H: CmHandler> CmId<H> {
         self.qp.as_mut().ok_or(EINVAL)
     }
 
-    /// Moves the QP to the error state (`ib_modify_qp` to `IB_QPS_ERR`), as a fatal error
-    /// would: every posted work request flushes. For fault injection.
-    pub(crate) fn force_error(&self) -> Result {
+    /// Makes the QP fail as a broken work request would, for fault injection: posts a Send
+    /// whose buffer has a key no memory region of ours carries, which the device refuses with
+    /// a local protection error, moving the QP to the error state (every posted work request
+    /// then flushes). Posting does not sleep, so this may be called under a spinlock, unlike
+    /// `ib_modify_qp`, which may sleep in some drivers.
+    pub(crate) fn inject_error(&self) -> Result {
         let qp = self.qp_ptr()?;
-        // SAFETY: All-zero is a valid `ib_qp_attr`; only the state is set and masked in.
-        let mut attr: b::ib_qp_attr = unsafe { core::mem::zeroed() };
-        attr.qp_state = b::ib_qp_state_IB_QPS_ERR;
-        // SAFETY: The QP is live; a transition to the error state is valid from every state.
-        let ret = unsafe { b::ib_modify_qp(qp, &mut attr, b::ib_qp_attr_mask_IB_QP_STATE as i32) };
-        kernel::error::to_result(ret)
+        let lkey = self.qp_res()?.mrs.as_ref().ok_or(EINVAL)?.bad_lkey()?;
+        let mut sge = b::ib_sge {
+            addr: 0,
+            length: 1,
+            lkey,
+        };
+        // SAFETY: All-zero is a valid `ib_send_wr`.
+        let mut wr: b::ib_send_wr = unsafe { core::mem::zeroed() };
+        wr.__bindgen_anon_1.wr_cqe = ptr::addr_of!(FAULT_CQE.0).cast_mut();
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = b::ib_wr_opcode_IB_WR_SEND;
+        wr.send_flags = b::ib_send_flags_IB_SEND_SIGNALED as i32;
+        let mut bad = ptr::null();
+        // SAFETY: The QP is live; the work request and its SGE are read during the call only
+        // (the device copies them, and never reads address 0 through an invalid key); the CQE
+        // is static, and its handler only reads the completion.
+        kernel::error::to_result(unsafe { b::rdmadisk_ib_post_send(qp, &wr, &mut bad) })
     }
 
     /// Closes the connection: disconnects, moves the QP to the error state and drains it
@@ -442,6 +457,22 @@ impl<H: CmHandler> Drop for CmId<H> {
         unsafe { b::rdma_destroy_id(self.id.as_ptr()) };
     }
 }
+
+/// The CQE of an injected broken work request (`CmId::inject_error`): `repr(transparent)`
+/// so it can be a `static`; the IB core only reads its `done` pointer.
+#[repr(transparent)]
+struct StaticCqe(b::ib_cqe);
+
+// SAFETY: Never written; its only field is a function pointer.
+unsafe impl Sync for StaticCqe {}
+
+static FAULT_CQE: StaticCqe = StaticCqe(b::ib_cqe {
+    done: Some(fault_done),
+});
+
+/// The injected work request failed, as it was meant to: the QP is in the error state, and
+/// the owner learns of it from its own work requests, which all flush now.
+unsafe extern "C" fn fault_done(_cq: *mut b::ib_cq, _wc: *mut b::ib_wc) {}
 
 /// Logs a QP's asynchronous events (a fatal error, a path migration). The owner learns of a
 /// fatal error from the completions, which all flush once the QP is in the error state; this

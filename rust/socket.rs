@@ -146,7 +146,9 @@ impl<T: SockEvents> TcpSocket<T> {
         let j = msecs_to_jiffies(ms) as ffi::c_long;
         let sk = self.sk();
         // SAFETY: `sk` is live. The timeouts are plain words read at the start of each
-        // blocking call (as `sock_setsockopt` writes them, without the socket lock).
+        // blocking call; a volatile store of a word cannot tear, and a call already blocked
+        // keeps the value it read (as with `setsockopt`, which takes the socket lock only to
+        // serialise writers, of which this owner is the only one).
         unsafe {
             ptr::addr_of_mut!((*sk).sk_sndtimeo).write_volatile(j);
             ptr::addr_of_mut!((*sk).sk_rcvtimeo).write_volatile(j);

@@ -580,6 +580,14 @@ impl FrMr {
         self.ptr.as_ptr()
     }
 
+    /// The local key now, for a key that must *not* match (`MrPool::bad_lkey`). The owner of
+    /// the MR's slot changes it only under the same lock its callers hold.
+    pub(super) fn lkey(&self) -> u32 {
+        // SAFETY: Live MR; the key is a plain word, changed only on registration by the slot's
+        // owner, who is the caller or serialised with it.
+        unsafe { ptr::read_volatile(ptr::addr_of!((*self.ptr.as_ptr()).lkey)) }
+    }
+
     /// The key the peer uses now. Only for the owner of the MR's slot (rust/frwr.rs), who is
     /// the only one to change it, so the read never races an update.
     pub(super) fn rkey(&self) -> u32 {

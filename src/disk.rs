@@ -117,6 +117,24 @@ struct Ctrl {
     queues: KVec<Option<Queue>>,
     /// `fast_io_fail_s` has passed in this outage: waiting requests fail.
     fast_fail: bool,
+    /// When the current outage began (ms, ktime): the first failure after the disk last made
+    /// progress. A new set ends the outage only once it answers a request (or stays up for
+    /// twice the I/O timeout), so a target that accepts connections but answers nothing still
+    /// meets the loss timeout.
+    outage_since: Option<i64>,
+    /// The `responses` count when the current set was installed, and when.
+    installed_responses: u64,
+    installed_ms: i64,
+}
+
+impl Ctrl {
+    /// Enters `Reconnecting` (from `Live`), continuing the outage in progress if there is one.
+    fn enter_reconnecting(&mut self) {
+        if self.state == State::Live {
+            let since_ms = *self.outage_since.get_or_insert_with(now_ms);
+            self.state = State::Reconnecting { since_ms };
+        }
+    }
 }
 
 /// A mapped disk.
@@ -207,7 +225,15 @@ impl DiskDev {
                 fast_io_fail_s: AtomicU32::new(FAST_IO_FAIL_OFF),
                 registry,
                 ctrl <- new_spinlock!(
-                    Ctrl { state: State::Connecting, epoch: 0, queues, fast_fail: false },
+                    Ctrl {
+                        state: State::Connecting,
+                        epoch: 0,
+                        queues,
+                        fast_fail: false,
+                        outage_since: None,
+                        installed_responses: 0,
+                        installed_ms: 0,
+                    },
                     "rdmadisk::disk::ctrl"
                 ),
                 policy <- new_spinlock!(policy, "rdmadisk::disk::policy"),
@@ -387,15 +413,18 @@ impl DiskDev {
             for qid in 0..usize::from(self.info.nr_queues) {
                 let q = {
                     let mut c = self.ctrl.lock();
-                    if c.state == State::Live {
-                        c.state = State::Reconnecting { since_ms: now_ms() };
-                    }
-                    match c.queues.get_mut(qid) {
+                    let q = match c.queues.get_mut(qid) {
                         Some(slot) if slot.as_ref().is_some_and(|q| q.on_device(dev)) => {
                             slot.take()
                         }
                         _ => None,
+                    };
+                    // Only a connection taken away makes the disk reconnect: the session may
+                    // have installed a new set (on TCP) between two of these iterations.
+                    if q.is_some() {
+                        c.enter_reconnecting();
                     }
+                    q
                 };
                 if let Some(q) = q {
                     q.shutdown(|rq| self.requeue_or_fail(rq, true));
@@ -491,7 +520,7 @@ impl QueueHost for DiskDev {
             }
             match c.state {
                 State::Live => {
-                    c.state = State::Reconnecting { since_ms: now_ms() };
+                    c.enter_reconnecting();
                     true
                 }
                 State::Connecting | State::Reconnecting { .. } => false,
@@ -525,7 +554,7 @@ impl Driver for DiskDev {
                 State::Live => c.queues.get(hctx.index() as usize).and_then(Clone::clone),
                 State::Connecting => None,
                 State::Reconnecting { since_ms } => {
-                    if c.fast_fail || self.loss_expired(since_ms) {
+                    if c.fast_fail || self.loss_expired(since_ms) || self.fast_fail_due(since_ms) {
                         drop(c);
                         return self.fail_rq(rq);
                     }

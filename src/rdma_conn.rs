@@ -115,6 +115,11 @@ impl<W: Watcher> ConnEvents<W> {
             if let Some(ev) = s.pop() {
                 if matches!(ev, CmEvent::Established(_)) {
                     s.established = true;
+                    // Whatever came after ESTABLISHED (a disconnect, say) is the watcher's,
+                    // as every later event is.
+                    while let Some(later) = s.pop() {
+                        self.watcher.event(&later);
+                    }
                 }
                 return Ok(ev);
             }

@@ -28,7 +28,14 @@ impl ClientOps for RdmaDevices {
 
     fn add(&self, dev: &Device) -> Result<KBox<DevName>> {
         let name = KBox::new(DevName::new(dev.name().as_bytes()), GFP_KERNEL)?;
-        self.ctl.ib_device_added(*name)?;
+        // The list is what `ctl/ib_devices` shows; a full one must not cost the device its
+        // `remove` call, which the disks need.
+        if self.ctl.ib_device_added(*name).is_err() {
+            pr_warn!(
+                "RDMA device {} not listed in ctl/ib_devices: the list is full\n",
+                dev.name()
+            );
+        }
         pr_info!("RDMA device {} added\n", dev.name());
         self.disks.each(|d| d.rdma_device_added());
         Ok(name)

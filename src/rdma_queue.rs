@@ -53,6 +53,11 @@ pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * crate::kapi::frwr::MR_PAGE
 const KEEPALIVE_SLOT: u16 = QUEUE_DEPTH;
 /// Slots: blk-mq's tags and the keepalive's.
 const SLOTS: usize = QUEUE_DEPTH as usize + 1;
+/// Send queue: REG_MR, SEND and LOCAL_INV per tag, the keepalive's SEND, an injected fault's
+/// work request, and the drain's.
+const SEND_WR: u32 = 3 * QUEUE_DEPTH as u32 + 3;
+/// Receive queue: a receive per tag, and the drain's.
+const RECV_WR: u32 = QUEUE_DEPTH as u32 + 1;
 
 /// A request on the wire.
 struct Inflight {
@@ -94,6 +99,9 @@ struct Inner {
     /// When the last response arrived (ms, ktime), and when an unanswered keepalive was sent.
     last_rx_ms: i64,
     keepalive_sent_ms: Option<i64>,
+    /// Since when requests have waited with no credit granted and none in flight (a target
+    /// that stopped granting: nothing would ever complete to bring one back).
+    starved_ms: Option<i64>,
 }
 
 /// One hardware queue's connection.
@@ -194,6 +202,7 @@ impl RdmaQueue {
                     slots: KVec::new(),
                     last_rx_ms: now_ms(),
                     keepalive_sent_ms: None,
+                    starved_ms: None,
                 }, "rdmadisk::rdma_queue"),
             }),
             GFP_KERNEL,
@@ -208,13 +217,15 @@ impl RdmaQueue {
             session_id: info.session_id,
             epoch: id.epoch,
             caps: QpCaps {
-                // REG_MR, SEND and a LOCAL_INV per tag, and the keepalive's SEND.
-                send_wr: 3 * depth + 1,
-                recv_wr: depth + 1,
+                // REG_MR, SEND and a LOCAL_INV per tag, the keepalive's SEND, an injected
+                // fault's, and the drain's (`ib_drain_qp` posts one to each queue).
+                send_wr: SEND_WR,
+                recv_wr: RECV_WR,
                 mrs: depth,
                 mr_pages: MR_PAGES,
             },
-            cq_entries: 4 * depth + 2,
+            // Every work request may complete (unsignalled ones do when flushed), the drain's too.
+            cq_entries: SEND_WR + RECV_WR + 2,
             poll: PollCtx::Workqueue,
             budget_ms,
         };
@@ -300,8 +311,12 @@ impl RdmaQueue {
         }
         if !info.credit_ok(&g.send_credits) {
             Stats::inc(&self.stats().credit_waits);
+            if g.send_credits.available() == 0 && g.send_credits.in_flight() == 0 {
+                g.starved_ms.get_or_insert_with(now_ms);
+            }
             return Err((rq, BlkStatus::Resource));
         }
+        g.starved_ms = None;
         let Some(msg) = g
             .slots
             .get_mut(usize::from(slot))
@@ -352,7 +367,7 @@ impl RdmaQueue {
                     .fetch_max(hw, Ordering::Relaxed);
                 if info.faults.hit(Fault::QpError) {
                     if let Some(c) = g.conn.as_ref() {
-                        let _ = c.cm.force_error();
+                        let _ = c.cm.inject_error();
                     }
                 }
                 Ok(())
@@ -374,7 +389,9 @@ impl RdmaQueue {
                 } else {
                     g.tags.release(slot);
                 }
-                if e != EAGAIN {
+                // A request left in its MR must wait for the connection to be closed; any other
+                // failure but a deliberate wait (EAGAIN) is the QP's.
+                if stuck || e != EAGAIN {
                     pr_err!(
                         "{}: queue {}: posting a request failed: {e:?}\n",
                         self.name(),
@@ -552,10 +569,14 @@ impl RdmaQueue {
         g.send_credits.grant(resp.credits);
         let id = ReqId::from_tag(resp.tag);
         if let Err(e) = g.tags.check(id) {
-            Stats::inc(&self.stats().stale_responses);
+            let n = self.stats().stale_responses.fetch_add(1, Ordering::Relaxed) + 1;
             if wc.invalidated_rkey().is_some() {
                 return self
                     .fail_locked(g, "a response for no request in flight invalidated a key");
+            }
+            // A broken target may send many: log the first few, then every power of two.
+            if n > 8 && !n.is_power_of_two() {
+                return;
             }
             pr_warn!(
                 "{}: queue {}: dropped a response (slot {} generation {}): {e}\n",
@@ -619,7 +640,7 @@ impl RdmaQueue {
                     );
                     return self.fail_locked(g, "wrong rkey invalidated");
                 }
-                Err(InvError::NotRegistered) => {
+                Err(InvError::NotRegistered | InvError::Invalidating) => {
                     return self.fail_locked(g, "response for a request not registered");
                 }
             }
@@ -763,6 +784,9 @@ impl RdmaQueue {
         }
         if g.tags.in_flight() > 0 && quiet > 2 * interval {
             return self.fail_locked(g, "no response while requests are in flight");
+        }
+        if g.starved_ms.is_some_and(|t| now - t > 2 * interval) {
+            return self.fail_locked(g, "the target grants no credits");
         }
         if quiet < interval || g.send_credits.available() == 0 {
             return;

@@ -58,9 +58,10 @@ impl kernel::Module for RdmaDisk {
         let disks = map::DiskTable::new()?;
         let ctl = Arc::pin_init(ctl::Ctl::new(disks.clone()), GFP_KERNEL)?;
         let devices = rdma_devices::RdmaDevices::new(ctl.clone(), disks.clone());
-        let class = sysfs::Class::new(c_str!("rdmadisk"))?;
-        let ctl_dev = sysfs::ClassDevice::new(&class, c_str!("ctl"), ctl::ATTRS, ctl.clone())?;
         let ib = ib_client::Registration::new(c_str!("rdmadisk"), devices)?;
+        let class = sysfs::Class::new(c_str!("rdmadisk"))?;
+        // Last: once the control files exist a map may start, and nothing after may fail.
+        let ctl_dev = sysfs::ClassDevice::new(&class, c_str!("ctl"), ctl::ATTRS, ctl.clone())?;
         pr_info!("loaded\n");
         Ok(Self {
             ctl_dev: Some(ctl_dev),

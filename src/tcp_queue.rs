@@ -103,6 +103,9 @@ struct Inner {
     slots: KVec<Slot>,
     /// When the last response arrived (ms, ktime).
     last_rx_ms: i64,
+    /// Since when requests have waited with no credit granted and none in flight (a target
+    /// that stopped granting: nothing would ever complete to bring one back).
+    starved_ms: Option<i64>,
     pending: Ring,
 }
 
@@ -182,6 +185,21 @@ fn kick_rx(q: &Arc<TcpQueue>) {
     let _ = q.host.info().io_wq.queue().enqueue::<_, 2>(q.clone());
 }
 
+/// What a whole frame header and response lead to.
+enum Head {
+    /// The request is done (no data follows).
+    Done,
+    /// Read data follows.
+    Data(Rx),
+    /// The response's request is still being sent: keep the header for later.
+    NotYet,
+}
+
+/// Whether the request `id` names is in its slot's `Sending` state.
+fn g_is_sending(g: &Inner, id: ReqId) -> bool {
+    matches!(g.slots.get(usize::from(id.slot)), Some(Slot::Sending))
+}
+
 /// Frame header + message, as one buffer.
 fn frame<const N: usize>(kind: FrameKind, msg: &[u8], data_len: u32) -> [u8; N] {
     let mut out = [0; N];
@@ -228,6 +246,7 @@ impl TcpQueue {
                     tags: Tags::new(),
                     slots,
                     last_rx_ms: now_ms(),
+                    starved_ms: None,
                     pending: Ring { tags: [0; QUEUE_DEPTH as usize], head: 0, len: 0 },
                 }, "rdmadisk::tcp_queue"),
                 rx <- new_mutex!(Rx::head(), "rdmadisk::tcp_queue::rx"),
@@ -338,8 +357,12 @@ impl TcpQueue {
         }
         if !info.credit_ok(&g.credits) {
             Stats::inc(&self.stats().credit_waits);
+            if g.credits.available() == 0 && g.credits.in_flight() == 0 {
+                g.starved_ms.get_or_insert_with(now_ms);
+            }
             return Err((rq, BlkStatus::Resource));
         }
+        g.starved_ms = None;
         if !matches!(g.slots.get(usize::from(slot)), Some(Slot::Free)) {
             return Err((rq, BlkStatus::Resource));
         }
@@ -364,7 +387,7 @@ impl TcpQueue {
     }
 
     /// The send work: writes queued requests until none is left or the connection fails.
-    fn send_pending(&self) {
+    fn send_pending(self: &Arc<Self>) {
         loop {
             let (sock, slot, io) = {
                 let mut guard = self.inner.lock();
@@ -395,6 +418,8 @@ impl TcpQueue {
             if let Some(s) = g.slots.get_mut(usize::from(slot)) {
                 *s = Slot::Sent(io);
             }
+            // Its response may have arrived while it was being sent (see `on_head`).
+            kick_rx(self);
             if let Err(e) = res {
                 if !self.is_failed() {
                     pr_err!(
@@ -446,6 +471,8 @@ impl TcpQueue {
         let mut rx = self.rx.lock();
         loop {
             let read = match &mut *rx {
+                // A whole header kept back for a request still being sent.
+                Rx::Head { buf, got } if *got == buf.len() => Ok(()),
                 Rx::Head { buf, got } => match sock.recv(&mut buf[*got..], false) {
                     Ok(0) => Err("the target closed the connection"),
                     Ok(n) => {
@@ -458,11 +485,19 @@ impl TcpQueue {
                     Err(e) if e == EAGAIN => return,
                     Err(_) => Err("receiving failed"),
                 },
-                Rx::Data { io, got, .. } => match recv_data(&sock, io, got) {
-                    Ok(true) => Ok(()),
-                    Ok(false) => return,
-                    Err(why) => Err(why),
-                },
+                Rx::Data { io, got, .. } => {
+                    let before = *got;
+                    let r = recv_data(&sock, io, got);
+                    if *got > before {
+                        // Read data streaming in is progress, for the health check.
+                        self.inner.lock().last_rx_ms = now_ms();
+                    }
+                    match r {
+                        Ok(true) => Ok(()),
+                        Ok(false) => return,
+                        Err(why) => Err(why),
+                    }
+                }
             };
             if let Err(why) = read {
                 // A request being read stays in `rx` for the reset to requeue.
@@ -470,9 +505,14 @@ impl TcpQueue {
                 return self.fail(why);
             }
             match mem::replace(&mut *rx, Rx::head()) {
-                Rx::Head { buf, .. } => match self.on_head(&buf) {
-                    Ok(None) => {}
-                    Ok(Some(data)) => *rx = data,
+                Rx::Head { buf, got } => match self.on_head(&buf) {
+                    Ok(Head::Done) => {}
+                    Ok(Head::Data(data)) => *rx = data,
+                    Ok(Head::NotYet) => {
+                        // The send work wakes us once the request is marked sent.
+                        *rx = Rx::Head { buf, got };
+                        return;
+                    }
                     Err(why) => {
                         drop(rx);
                         return self.fail(why);
@@ -488,13 +528,19 @@ impl TcpQueue {
     fn on_head(
         &self,
         buf: &[u8; FRAME_HEADER_LEN + RESPONSE_LEN],
-    ) -> core::result::Result<Option<Rx>, &'static str> {
+    ) -> core::result::Result<Head, &'static str> {
         let hdr = FrameHeader::decode(buf).map_err(|_| "undecodable frame header")?;
         if hdr.kind != FrameKind::Response || hdr.flags != 0 {
             return Err("unexpected frame");
         }
         let resp =
             Response::decode(&buf[FRAME_HEADER_LEN..]).map_err(|_| "undecodable response")?;
+        let id = ReqId::from_tag(resp.tag);
+        // The target may answer before the send work has marked the request sent (it runs
+        // apart from this work): leave the response for then.
+        if g_is_sending(&self.inner.lock(), id) {
+            return Ok(Head::NotYet);
+        }
         Stats::inc(&self.stats().responses);
         let faults = &self.host.info().faults;
         if faults.hit(Fault::DelayResponse) {
@@ -504,7 +550,6 @@ impl TcpQueue {
         let mut g = self.inner.lock();
         g.last_rx_ms = now_ms();
         g.credits.grant(resp.credits);
-        let id = ReqId::from_tag(resp.tag);
         if let Err(e) = g.tags.check(id) {
             Stats::inc(&self.stats().stale_responses);
             pr_err!(
@@ -546,9 +591,9 @@ impl TcpQueue {
         drop(g);
         if expect == 0 {
             self.complete(io, &resp);
-            Ok(None)
+            Ok(Head::Done)
         } else {
-            Ok(Some(Rx::Data { io, resp, got: 0 }))
+            Ok(Head::Data(Rx::Data { io, resp, got: 0 }))
         }
     }
 
@@ -600,17 +645,21 @@ impl TcpQueue {
     }
 
     /// The health check, run by the disk's session every half interval: fails the connection
-    /// when requests are in flight and nothing has arrived for twice `interval_ms`. The
-    /// kernel's keepalive finds a dead peer; this finds a peer whose process stopped answering
-    /// (its kernel still acknowledges).
+    /// when requests are in flight and nothing has arrived for twice `interval_ms`, or requests
+    /// have waited that long for a credit the target never grants. The kernel's keepalive
+    /// finds a dead peer; this finds a peer whose process stopped answering (its kernel still
+    /// acknowledges).
     pub(crate) fn keepalive(&self, interval_ms: u32) {
         let mut guard = self.inner.lock();
         let g = &mut *guard;
-        if !self.is_failed()
-            && g.tags.in_flight() > 0
-            && now_ms() - g.last_rx_ms > 2 * i64::from(interval_ms)
-        {
+        let (now, twice) = (now_ms(), 2 * i64::from(interval_ms));
+        if self.is_failed() {
+            return;
+        }
+        if g.tags.in_flight() > 0 && now - g.last_rx_ms > twice {
             self.fail_locked(g, "no response while requests are in flight");
+        } else if g.starved_ms.is_some_and(|t| now - t > twice) {
+            self.fail_locked(g, "the target grants no credits");
         }
     }
 

@@ -115,6 +115,10 @@ impl DiskDev {
             },
         };
         self.fast_io_fail_s.store(s, Ordering::Relaxed);
+        if s == FAST_IO_FAIL_OFF {
+            // I/O waits again for the rest of this outage.
+            self.ctrl.lock().fast_fail = false;
+        }
         self.kick();
         Ok(())
     }

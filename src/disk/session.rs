@@ -46,6 +46,8 @@ const BACKOFF_MAX_MS: u32 = 5_000;
 pub(crate) const CONNECT_BUDGET_MS: u32 = 10_000;
 /// Least time a reconnect attempt gets, even close to the loss deadline.
 const CONNECT_BUDGET_MIN_MS: u32 = 1_000;
+/// How often a disk whose new set has not proven itself yet is looked at (keepalives off).
+const OUTAGE_WATCH_MS: u32 = 1_000;
 /// How long a probe may take: the probe interval, within these bounds. A loaded host takes a
 /// while to set up a queue pair; a slow probe that succeeds still counts.
 const PROBE_BUDGET_MIN_MS: u64 = 5_000;
@@ -84,31 +86,36 @@ impl DiskDev {
                     }
                     self.check_fast_fail(since_ms);
                 }
-                State::Live => {}
+                State::Live => self.check_outage_over(),
             }
             self.drop_broken_set();
             let want = self.wanted();
             match self.installed() {
                 Some(t) if t == want => {
                     backoff = BACKOFF_FIRST_MS;
+                    self.settle_live();
                     // Read first: the arms sleep, and must not hold the lock.
                     let pstate = self.policy.lock().state();
-                    match pstate {
+                    if let PState::Draining { .. } = pstate {
                         // Already there (the knob flipped back, say): the drain is trivially
                         // done.
-                        PState::Draining { .. } => {}
-                        PState::Probing => {
-                            self.probe_tick();
-                            continue;
-                        }
-                        PState::Rdma | PState::Tcp if self.info.keepalive_ms() > 0 => {
-                            self.keepalive_tick();
-                            continue;
-                        }
-                        // Idle until kicked.
-                        PState::Rdma | PState::Tcp => return,
+                        self.drained();
+                        continue;
                     }
-                    self.drained();
+                    let ka = self.info.keepalive_ms();
+                    if ka > 0 {
+                        self.check_connections(ka);
+                    }
+                    if pstate == PState::Probing {
+                        self.probe_tick(ka);
+                    } else if ka > 0 || self.outage_open() {
+                        // Checks twice per interval; an outage in progress is watched until
+                        // the new set proves itself.
+                        self.nap(if ka > 0 { ka / 2 } else { OUTAGE_WATCH_MS });
+                    } else {
+                        // Idle until kicked.
+                        return;
+                    }
                 }
                 installed => {
                     if self.bring_up(want).is_ok() {
@@ -164,8 +171,8 @@ impl DiskDev {
             let present = c.queues.iter().flatten().count();
             let failed = c.queues.iter().flatten().any(Queue::is_failed);
             let broken = present > 0 && (failed || present < c.queues.len());
-            if broken && c.state == State::Live {
-                c.state = State::Reconnecting { since_ms: now_ms() };
+            if broken {
+                c.enter_reconnecting();
             }
             broken
         };
@@ -266,6 +273,12 @@ impl DiskDev {
                 let was = c.state;
                 c.state = State::Live;
                 c.fast_fail = false;
+                c.installed_ms = now_ms();
+                c.installed_responses = self
+                    .info
+                    .stats
+                    .responses
+                    .load(core::sync::atomic::Ordering::Relaxed);
                 (Some(old), Some(was))
             }
         };
@@ -288,10 +301,7 @@ impl DiskDev {
         // Connections of this set that failed while it was being connected were not acted on
         // then (the set was not current): act now.
         if self.installed() != Some(t) {
-            let mut c = self.ctrl.lock();
-            if c.state == State::Live {
-                c.state = State::Reconnecting { since_ms: now_ms() };
-            }
+            self.ctrl.lock().enter_reconnecting();
         }
         if !self.drained() {
             if let State::Reconnecting { since_ms } = was {
@@ -411,13 +421,21 @@ impl DiskDev {
         self.attach_cv.notify_all();
     }
 
+    /// Whether `fast_io_fail_s` (if set) has passed in an outage that began at `since_ms`.
+    pub(super) fn fast_fail_due(&self, since_ms: i64) -> bool {
+        let secs = self
+            .fast_io_fail_s
+            .load(core::sync::atomic::Ordering::Relaxed);
+        secs != FAST_IO_FAIL_OFF && now_ms() - since_ms >= i64::from(secs) * 1000
+    }
+
     /// Past `fast_io_fail_s` of an outage: waiting and new I/O fails while reconnecting goes
     /// on (nvme-tcp's `fast_io_fail_tmo`).
     fn check_fast_fail(&self, since_ms: i64) {
         let secs = self
             .fast_io_fail_s
             .load(core::sync::atomic::Ordering::Relaxed);
-        if secs == FAST_IO_FAIL_OFF || now_ms() - since_ms < i64::from(secs) * 1000 {
+        if !self.fast_fail_due(since_ms) {
             return;
         }
         {
@@ -486,16 +504,49 @@ impl DiskDev {
         core::mem::replace(&mut *g, false)
     }
 
-    /// Healthy, with checks on: runs every connection's health check, twice per interval.
-    fn keepalive_tick(&self) {
-        let ms = self.info.keepalive_ms();
+    /// Runs every connection's health check (keepalive NOPs, a frozen peer, no credits).
+    fn check_connections(&self, interval_ms: u32) {
         for qid in 0..self.info.nr_queues {
             // Nothing here sleeps: a keepalive only posts a Send.
             if let Some(q) = self.queue(u32::from(qid)) {
-                q.keepalive(ms);
+                q.keepalive(interval_ms);
             }
         }
-        self.nap(ms / 2);
+    }
+
+    /// A complete, healthy set is installed: the disk is live (a reconnect state left by a
+    /// report that raced the install does not stand).
+    fn settle_live(&self) {
+        let mut c = self.ctrl.lock();
+        if matches!(c.state, State::Reconnecting { .. }) {
+            c.state = State::Live;
+            c.fast_fail = false;
+            drop(c);
+            self.restart_io();
+        }
+    }
+
+    /// Whether an outage is still open (a new set has not proven itself yet).
+    fn outage_open(&self) -> bool {
+        self.ctrl.lock().outage_since.is_some()
+    }
+
+    /// Ends the outage once the installed set has answered a request, or stayed up for twice
+    /// the I/O timeout.
+    fn check_outage_over(&self) {
+        let responses = self
+            .info
+            .stats
+            .responses
+            .load(core::sync::atomic::Ordering::Relaxed);
+        let hold = 2 * i64::from(self.info.io_timeout_ms());
+        let mut c = self.ctrl.lock();
+        if c.outage_since.is_some()
+            && c.state == State::Live
+            && (responses > c.installed_responses || now_ms() - c.installed_ms > hold)
+        {
+            c.outage_since = None;
+        }
     }
 
     /// Tells the policy a drain is over; true if one was (a failover or failback done).
@@ -518,10 +569,15 @@ impl DiskDev {
     /// On TCP with RDMA possible: waits for the next probe, sends it, reports the result. The
     /// probe is a connection of its own, outside the disk's set, so whatever happens to it
     /// leaves the serving connections alone.
-    fn probe_tick(&self) {
+    fn probe_tick(&self, keepalive_ms: u32) {
         let interval = self.policy.lock().config().probe_interval_ms;
         if self.policy.lock().on_tick(now_ms() as u64) != Action::SendProbe {
-            self.nap(interval.min(u64::from(u32::MAX)) as u32);
+            // The connections' health checks run between probes too.
+            let mut nap = interval.min(u64::from(u32::MAX)) as u32;
+            if keepalive_ms > 0 {
+                nap = nap.min(keepalive_ms / 2);
+            }
+            self.nap(nap);
             return;
         }
         let budget = interval.clamp(PROBE_BUDGET_MIN_MS, PROBE_BUDGET_MAX_MS) as u32;
