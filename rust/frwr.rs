@@ -13,14 +13,14 @@
 //! the block layer only when no rkey can reach it.** The types make it so:
 //! - A [`DmaRq`] is a request whose pages are DMA-mapped but reachable through no MR; it can
 //!   be unmapped and handed back at any time.
-//! - Registering moves the [`DmaRq`] *into* its MR slot ([`CmId::post_reg_send`]). From then
+//! - Registering moves the [`DmaRq`] *into* its MR slot (`CmId::post_reg_send`). From then
 //!   on nothing outside this file can reach the pages. The request comes back out only with a
 //!   proof that the key is dead:
-//!   - [`CmId::remote_invalidated`]: a receive completion ([`Wc`], which only the IB core's
+//!   - `CmId::remote_invalidated`: a receive completion ([`Wc`], which only the IB core's
 //!     completions create) whose Send-with-Invalidate named exactly this registration's rkey;
-//!   - [`CmId::local_invalidated`]: an [`InvToken`], which only the completion handler of a
+//!   - `CmId::local_invalidated`: an [`InvToken`], which only the completion handler of a
 //!     successful `IB_WR_LOCAL_INV` of this slot creates;
-//!   - [`CmId::close`]: the QP moved to the error state and drained (every work request
+//!   - `CmId::close`: the QP moved to the error state and drained (every work request
 //!     flushed), after which no remote access can happen.
 //! - Every registration bumps the MR's key byte (`ib_update_fast_reg_key`), so an rkey of an
 //!   earlier I/O never matches the region again.
@@ -36,7 +36,6 @@ use kernel::{prelude::*, sync::Arc};
 
 use super::bindings as b;
 use super::blk_mq::Rq;
-use super::rdma_cm::{CmHandler, CmId};
 use super::verbs::{DeviceRef, FrMr, Msg, MsgDir, MsgOwner, Pd, RemoteAccess, Wc};
 
 /// The page size of every registration: segments never cross it except at its edges (the
@@ -134,8 +133,19 @@ pub(crate) struct MrDesc {
     pub(crate) len: u32,
 }
 
+/// Whoever hears the MR slots' own completions: the connection's CM handler
+/// (`rdma_cm::CmHandler` extends this).
+pub(crate) trait MrOwner: Send + Sync + 'static {
+    /// The per-request data of the block requests registered on the MRs.
+    type Pdu: Send + Sync + 'static;
+
+    /// A LOCAL_INV or a failed REG_MR of one of the MRs completed. Runs in the CQ's polling
+    /// context, like any completion handler.
+    fn mr_event(&self, _ev: MrEvent) {}
+}
+
 /// Proof that a LOCAL_INV of a slot's registration completed successfully: only the LOCAL_INV
-/// completion handler makes one. Hand it to [`CmId::local_invalidated`].
+/// completion handler makes one. Hand it to `CmId::local_invalidated`.
 pub(crate) struct InvToken {
     tag: u32,
     rkey: u32,
@@ -149,7 +159,7 @@ impl InvToken {
 }
 
 /// What the MR slots' own completions report to the connection's owner, through
-/// [`CmHandler::mr_event`]. Runs in the CQ's polling context.
+/// [`MrOwner::mr_event`]. Runs in the CQ's polling context.
 pub(crate) enum MrEvent {
     /// A LOCAL_INV of slot `tag` completed: its registration is dead.
     Invalidated(InvToken),
@@ -160,7 +170,7 @@ pub(crate) enum MrEvent {
     RegFailed { tag: u32, status: u32 },
 }
 
-/// Why [`CmId::remote_invalidated`] gave nothing back.
+/// Why `CmId::remote_invalidated` gave nothing back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum InvError {
     /// The slot holds no registered request.
@@ -202,7 +212,7 @@ struct SlotHead {
 
 /// One tag's MR and the request registered on it.
 #[repr(C)]
-struct MrSlot<H: CmHandler> {
+struct MrSlot<H: MrOwner> {
     // First, so that a pointer to the head is a pointer to the slot.
     head: SlotHead,
     mr: FrMr,
@@ -212,7 +222,7 @@ struct MrSlot<H: CmHandler> {
 }
 
 /// One fast-registration MR per tag of a QP, with the requests registered on them.
-pub(crate) struct MrPool<H: CmHandler> {
+pub(crate) struct MrPool<H: MrOwner> {
     // Boxed, so each slot's CQEs keep their address for the QP's life.
     slots: KVec<KBox<MrSlot<H>>>,
 }
@@ -220,11 +230,11 @@ pub(crate) struct MrPool<H: CmHandler> {
 // SAFETY: The raw CQEs hold function pointers; `handler` points at an `H: Sync` that outlives
 // every completion; the MRs and the registered requests are `Send`. Everything but the atomic
 // `inv_rkey` changes only through `&mut`.
-unsafe impl<H: CmHandler> Send for MrPool<H> {}
+unsafe impl<H: MrOwner> Send for MrPool<H> {}
 // SAFETY: `&MrPool` only reads plain fields; see `Send`.
-unsafe impl<H: CmHandler> Sync for MrPool<H> {}
+unsafe impl<H: MrOwner> Sync for MrPool<H> {}
 
-impl<H: CmHandler> MrPool<H> {
+impl<H: MrOwner> MrPool<H> {
     /// `count` MRs of up to `max_pages` pages each, reporting to `handler`.
     pub(super) fn new(pd: &Arc<Pd>, count: u32, max_pages: u32, handler: *const H) -> Result<Self> {
         let mut slots = KVec::with_capacity(count as usize, GFP_KERNEL)?;
@@ -284,7 +294,7 @@ impl<H: CmHandler> MrPool<H> {
 ///
 /// `wc` is a valid completion whose `wr_cqe` is the CQE at offset `off` of the [`SlotHead`]
 /// of an `MrSlot<H>` of a live QP.
-unsafe fn slot_of<'a, H: CmHandler>(wc: *const b::ib_wc, off: usize) -> (&'a SlotHead, &'a H) {
+unsafe fn slot_of<'a, H: MrOwner>(wc: *const b::ib_wc, off: usize) -> (&'a SlotHead, &'a H) {
     // SAFETY: Per the contract the CQE lies `off` bytes into a slot head (the CQE was taken
     // with `addr_of_mut!` from a live slot, so stepping back within the same boxed slot stays
     // in its allocation). The slot lives until the pool is dropped, which `CmId::destroy_qp`
@@ -298,7 +308,7 @@ unsafe fn slot_of<'a, H: CmHandler>(wc: *const b::ib_wc, off: usize) -> (&'a Slo
     }
 }
 
-unsafe extern "C" fn reg_mr_done<H: CmHandler>(_cq: *mut b::ib_cq, wc: *mut b::ib_wc) {
+unsafe extern "C" fn reg_mr_done<H: MrOwner>(_cq: *mut b::ib_cq, wc: *mut b::ib_wc) {
     // SAFETY: Only REG_MRs of a slot carry `reg_cqe`.
     let (head, handler) = unsafe { slot_of::<H>(wc, offset_of!(SlotHead, reg_cqe)) };
     // SAFETY: The IB core passes a valid completion for the duration of the call.
@@ -310,7 +320,7 @@ unsafe extern "C" fn reg_mr_done<H: CmHandler>(_cq: *mut b::ib_cq, wc: *mut b::i
     });
 }
 
-unsafe extern "C" fn local_inv_done<H: CmHandler>(_cq: *mut b::ib_cq, wc: *mut b::ib_wc) {
+unsafe extern "C" fn local_inv_done<H: MrOwner>(_cq: *mut b::ib_cq, wc: *mut b::ib_wc) {
     // SAFETY: Only LOCAL_INVs of a slot carry `inv_cqe`.
     let (head, handler) = unsafe { slot_of::<H>(wc, offset_of!(SlotHead, inv_cqe)) };
     // SAFETY: The IB core passes a valid completion for the duration of the call.
@@ -328,30 +338,27 @@ unsafe extern "C" fn local_inv_done<H: CmHandler>(_cq: *mut b::ib_cq, wc: *mut b
     });
 }
 
-impl<H: CmHandler> CmId<H> {
-    fn pool(&mut self) -> Result<&mut MrPool<H>> {
-        self.qp_res_mut()?.mrs.as_mut().ok_or(EINVAL)
-    }
-
+impl<H: MrOwner> MrPool<H> {
     /// Registers `data` on `tag`'s MR with a fresh key and posts the REG_MR chained to a
     /// signalled Send of `msg`, which `fill` writes knowing the registration. On success the
     /// request stays in the slot until its key is proven dead (see the module documentation).
     /// On failure the request and the message come back; if the REG_MR was posted and only
     /// the Send refused, the request stays registered until the connection is closed.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP, the one this pool's MRs were allocated for.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn post_reg_send<O: MsgOwner>(
+    pub(super) unsafe fn post_reg_send<O: MsgOwner>(
         &mut self,
+        qp: *mut b::ib_qp,
         tag: u32,
         data: DmaRq<H::Pdu>,
         access: RemoteAccess,
         msg: KBox<Msg<O>>,
         fill: impl FnOnce(&mut [u8], MrDesc),
     ) -> core::result::Result<MrDesc, (Error, Option<DmaRq<H::Pdu>>, KBox<Msg<O>>)> {
-        let qp = match self.qp_ptr() {
-            Ok(qp) => qp,
-            Err(e) => return Err((e, Some(data), msg)),
-        };
-        let slot = match self.pool().and_then(|p| p.slot(tag)) {
+        let slot = match self.slot(tag) {
             Ok(s) => s,
             Err(e) => return Err((e, Some(data), msg)),
         };
@@ -359,10 +366,13 @@ impl<H: CmHandler> CmId<H> {
     }
 
     /// Posts a signalled `IB_WR_LOCAL_INV` of `tag`'s live registration; its completion
-    /// reports through [`CmHandler::mr_event`].
-    pub(crate) fn post_local_inv(&mut self, tag: u32) -> Result {
-        let qp = self.qp_ptr()?;
-        let slot = self.pool()?.slot(tag)?;
+    /// reports through [`MrOwner::mr_event`].
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live QP, the one this pool's MRs were allocated for.
+    pub(super) unsafe fn post_local_inv(&mut self, qp: *mut b::ib_qp, tag: u32) -> Result {
+        let slot = self.slot(tag)?;
         let RegState::Live { rkey } = slot.state else {
             return Err(EINVAL);
         };
@@ -374,8 +384,8 @@ impl<H: CmHandler> CmId<H> {
         wr.send_flags = b::ib_send_flags_IB_SEND_SIGNALED as i32;
         wr.ex.invalidate_rkey = rkey;
         let mut bad = ptr::null();
-        // SAFETY: The QP is live; the work request is read during the call only; its CQE is in
-        // the boxed slot, which outlives the QP.
+        // SAFETY: The QP is live (the caller's contract); the work request is read during the
+        // call only; its CQE is in the boxed slot, which outlives the QP.
         let ret = unsafe { b::rdmadisk_ib_post_send(qp, &wr, &mut bad) };
         kernel::error::to_result(ret)?;
         slot.state = RegState::Invalidating { rkey };
@@ -384,15 +394,12 @@ impl<H: CmHandler> CmId<H> {
 
     /// Takes `tag`'s request back after a receive completion `wc` that invalidated its key
     /// remotely (Send-with-Invalidate). Anything else leaves the request where it is.
-    pub(crate) fn remote_invalidated(
+    pub(super) fn remote_invalidated(
         &mut self,
         tag: u32,
         wc: &Wc,
     ) -> core::result::Result<Rq<H::Pdu>, InvError> {
-        let slot = self
-            .pool()
-            .and_then(|p| p.slot(tag))
-            .map_err(|_| InvError::NotRegistered)?;
+        let slot = self.slot(tag).map_err(|_| InvError::NotRegistered)?;
         let registered = match slot.state {
             RegState::Live { rkey } => rkey,
             // A LOCAL_INV of this registration is posted: only its completion frees the
@@ -420,8 +427,8 @@ impl<H: CmHandler> CmId<H> {
 
     /// Takes the request back whose registration a successful LOCAL_INV ended. `None` if the
     /// token is not for the slot's current registration (the connection was reset meanwhile).
-    pub(crate) fn local_invalidated(&mut self, token: InvToken) -> Option<Rq<H::Pdu>> {
-        let slot = self.pool().and_then(|p| p.slot(token.tag)).ok()?;
+    pub(super) fn local_invalidated(&mut self, token: InvToken) -> Option<Rq<H::Pdu>> {
+        let slot = self.slot(token.tag).ok()?;
         if slot.state != (RegState::Invalidating { rkey: token.rkey }) {
             return None;
         }
@@ -430,7 +437,7 @@ impl<H: CmHandler> CmId<H> {
     }
 }
 
-fn post_reg_send_on<H: CmHandler, O: MsgOwner>(
+fn post_reg_send_on<H: MrOwner, O: MsgOwner>(
     qp: *mut b::ib_qp,
     slot: &mut MrSlot<H>,
     data: DmaRq<H::Pdu>,

@@ -18,8 +18,8 @@ use kernel::{ffi, prelude::*, sync::Arc};
 
 use super::bindings as b;
 use super::blk_mq::Rq;
-use super::frwr::{MrEvent, MrPool};
-use super::verbs::{Cq, DeviceRef, Msg, MsgDir, MsgOwner, Pd};
+use super::frwr::{DmaRq, InvError, InvToken, MrDesc, MrOwner, MrPool};
+use super::verbs::{Cq, DeviceRef, Msg, MsgDir, MsgOwner, Pd, RemoteAccess, Wc};
 
 /// Largest private data rdma_cm carries (an IB CM REP: 196 bytes; a REQ carries 56).
 pub(crate) const PRIVATE_DATA_MAX: usize = 196;
@@ -115,19 +115,13 @@ impl CmEvent {
     }
 }
 
-/// Receives the events of one [`CmId`], and the completions of its MRs' own work requests.
-pub(crate) trait CmHandler: Send + Sync + 'static {
-    /// The per-request data of the block requests registered on the id's MRs.
-    type Pdu: Send + Sync + 'static;
-
+/// Receives the events of one [`CmId`], and (as an [`MrOwner`]) the completions of its MRs'
+/// own work requests.
+pub(crate) trait CmHandler: MrOwner {
     /// Called in process context, one event at a time per id. May sleep briefly (take a
     /// mutex, allocate), but must not wait for the owner's actions on this id (destroying or
     /// connecting it), which wait for the handler.
     fn event(&self, ev: CmEvent);
-
-    /// A LOCAL_INV or a failed REG_MR of one of the QP's MRs completed. Runs in the CQ's
-    /// polling context, like any completion handler.
-    fn mr_event(&self, _ev: MrEvent) {}
 }
 
 /// Sizes of a QP.
@@ -332,8 +326,59 @@ impl<H: CmHandler> CmId<H> {
         self.qp.as_ref().ok_or(EINVAL)
     }
 
-    pub(super) fn qp_res_mut(&mut self) -> Result<&mut QpRes<H>> {
-        self.qp.as_mut().ok_or(EINVAL)
+    fn pool(&mut self) -> Result<&mut MrPool<H>> {
+        self.qp.as_mut().and_then(|r| r.mrs.as_mut()).ok_or(EINVAL)
+    }
+
+    /// Registers `data` on `tag`'s MR with a fresh key and posts the REG_MR chained to a
+    /// signalled Send of `msg`, which `fill` writes knowing the registration. On success the
+    /// request stays in the MR's slot until its key is proven dead (`rust/frwr.rs`). On
+    /// failure the request and the message come back; if the REG_MR was posted and only the
+    /// Send refused, the request stays registered until the connection is closed.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn post_reg_send<O: MsgOwner>(
+        &mut self,
+        tag: u32,
+        data: DmaRq<H::Pdu>,
+        access: RemoteAccess,
+        msg: KBox<Msg<O>>,
+        fill: impl FnOnce(&mut [u8], MrDesc),
+    ) -> core::result::Result<MrDesc, (Error, Option<DmaRq<H::Pdu>>, KBox<Msg<O>>)> {
+        let qp = match self.qp_ptr() {
+            Ok(qp) => qp,
+            Err(e) => return Err((e, Some(data), msg)),
+        };
+        let pool = match self.pool() {
+            Ok(p) => p,
+            Err(e) => return Err((e, Some(data), msg)),
+        };
+        // SAFETY: `qp` is this id's live QP, the one the pool's MRs were allocated for.
+        unsafe { pool.post_reg_send(qp, tag, data, access, msg, fill) }
+    }
+
+    /// Posts a signalled `IB_WR_LOCAL_INV` of `tag`'s live registration; its completion
+    /// reports through [`MrOwner::mr_event`].
+    pub(crate) fn post_local_inv(&mut self, tag: u32) -> Result {
+        let qp = self.qp_ptr()?;
+        // SAFETY: `qp` is this id's live QP, the one the pool's MRs were allocated for.
+        unsafe { self.pool()?.post_local_inv(qp, tag) }
+    }
+
+    /// Takes `tag`'s request back after a receive completion `wc` that invalidated its key
+    /// remotely (Send-with-Invalidate); anything else leaves the request where it is.
+    pub(crate) fn remote_invalidated(
+        &mut self,
+        tag: u32,
+        wc: &Wc,
+    ) -> core::result::Result<Rq<H::Pdu>, InvError> {
+        self.pool()
+            .map_err(|_| InvError::NotRegistered)?
+            .remote_invalidated(tag, wc)
+    }
+
+    /// Takes the request back whose registration a successful LOCAL_INV ended (`token`).
+    pub(crate) fn local_invalidated(&mut self, token: InvToken) -> Option<Rq<H::Pdu>> {
+        self.pool().ok()?.local_invalidated(token)
     }
 
     /// Makes the QP fail as a broken work request would, for fault injection: posts a Send

@@ -16,7 +16,7 @@ use kernel::{
 };
 
 use crate::kapi::blk_mq::Rq;
-use crate::kapi::frwr::MrEvent;
+use crate::kapi::frwr::{MrEvent, MrOwner};
 use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps};
 use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
 use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
@@ -59,7 +59,7 @@ pub(crate) trait Watcher: Send + Sync + 'static {
     /// Any event after `ESTABLISHED` (a disconnect, the device going away, ...).
     fn event(&self, ev: &CmEvent);
 
-    /// A LOCAL_INV or failed REG_MR completed (see [`CmHandler::mr_event`]).
+    /// A LOCAL_INV or failed REG_MR completed (see [`MrOwner::mr_event`]).
     fn mr_event(&self, _ev: MrEvent) {}
 }
 
@@ -135,13 +135,15 @@ impl<W: Watcher> ConnEvents<W> {
     }
 }
 
-impl<W: Watcher> CmHandler for ConnEvents<W> {
+impl<W: Watcher> MrOwner for ConnEvents<W> {
     type Pdu = W::Pdu;
 
     fn mr_event(&self, ev: MrEvent) {
         self.watcher.mr_event(ev);
     }
+}
 
+impl<W: Watcher> CmHandler for ConnEvents<W> {
     fn event(&self, ev: CmEvent) {
         let mut s = self.setup.lock();
         if s.established {

@@ -1,12 +1,13 @@
 # Both transports lost at once for a few seconds (review item 11: a 5 s outage once left a disk
 # with no connection until the loss timeout failed ext4's journal): the compute VM's link goes
-# down (qemu set_link on both ends, a cable pull) for RDT74_DOWN_S (default 5 s).
+# down (qemu set_link on both ends, a cable pull) for RDT74_DOWN_S (default 8 s).
 #
 # Two disks on one target: d74 carries verified fio in rounds (2 jobs, random 50/50 reads and
 # writes of 4-64 KiB at queue depth 16, crc32c headers, every written block verified); e74
 # carries an ext4 filesystem with a steady fsync'd write load and a sha256 manifest of every file
-# whose fsync succeeded. io_timeout_ms=5000; loss_timeout_s and the policy knobs at their
-# defaults (60 s), as a user would have them.
+# whose fsync succeeded. keepalive_ms=2000, so the connections are found dead during the outage
+# and the disks reconnect through it (each attempt failing until the link is back);
+# io_timeout_ms=30000 and loss_timeout_s at their defaults, as a user would have them.
 #
 # Acceptance: the I/O stalls (a VM-side sampler of rdma_ios + tcp_ios sees no completion for
 # at least RDT74_DOWN_S - 1 s, within the outage); after the link comes back both disks' I/O
@@ -21,7 +22,7 @@ source "$TB_REPO/selftests/tests/lib/transport.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/ext4.sh
 source "$TB_REPO/selftests/tests/lib/ext4.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
-DOWN=${RDT74_DOWN_S:-5}
+DOWN=${RDT74_DOWN_S:-8}
 RESUME=45
 BACK=${RDT74_BACK_S:-120}
 tr_dmesg_mark
@@ -34,8 +35,8 @@ if ! res $? "target (RDMA $DK_PORT, TCP $DK_TCP_PORT); insmod; map e74 (queues=2
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV
-tr_set "$dev" io_timeout_ms=5000 && tr_set "$fsdev" io_timeout_ms=5000
-res $? "io_timeout_ms=5000 on both; loss_timeout_s $(tr_get "$dev" loss_timeout_s) (default)"
+tr_set "$dev" keepalive_ms=2000 && tr_set "$fsdev" keepalive_ms=2000
+res $? "keepalive_ms=2000 on both; io_timeout_ms $(tr_get "$dev" io_timeout_ms), loss_timeout_s $(tr_get "$dev" loss_timeout_s) (defaults)"
 fs_start fs "$fsdev"
 res $? "ext4 on /dev/$fsdev with an fsync'd write load and a sha256 manifest"
 

@@ -284,7 +284,12 @@ dk_cleanup() {
     [ -e "$p" ] || continue
     p=${p##*.fio-}; dk_fio_kill "${p%.pid}"
   done
-  for m in $DK_MOUNTS; do on compute "! mountpoint -q $m || umount $m" >/dev/null; done
+  # Filesystem writers (lib/ext4.sh) first, so that their mounts can go; a mount that stays
+  # busy is detached, so the module is not pinned for the next test.
+  for p in "$TB_DIR/$DK_ID".fs-*.pid; do
+    [ -e "$p" ] && on compute "kill -KILL -- -\$(cat $p) 2>/dev/null; true" >/dev/null
+  done
+  for m in $DK_MOUNTS; do on compute "! mountpoint -q $m || umount $m || umount -l $m" >/dev/null; done
   dk_timed cleanup 120 "
 if [ -r $DK_CTL/devices ]; then
   for d in \$(awk '{ print \$1 }' $DK_CTL/devices); do echo force >/sys/block/\$d/rdmadisk/unmap; done

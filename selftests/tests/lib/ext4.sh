@@ -27,7 +27,7 @@ while [ ! -e $b.stop ]; do
   fi
 done
 echo \$n >$b.done" >"$b.sh"
-  on compute "setsid bash $b.sh </dev/null >/dev/null 2>&1 &"
+  on compute "setsid bash $b.sh </dev/null >/dev/null 2>&1 & echo \$! >$b.pid"
 }
 
 fs_stop() {
