@@ -17,11 +17,18 @@ use crate::proto::policy::{
 use crate::rdma_queue::QUEUE_DEPTH;
 
 /// Parses a decimal knob value in `min..=max`; `EINVAL` with a log line otherwise.
+/// A whole number in decimal digits, with surrounding whitespace (the newline `echo` adds) and
+/// nothing else: `u32::from_str` alone would also take a sign ("+5").
+fn parse_digits(input: &[u8]) -> Option<u32> {
+    let digits = input.trim_ascii();
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    core::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 fn parse_knob(who: &str, knob: &str, input: &[u8], min: u32, max: u32) -> Result<u32> {
-    let v = core::str::from_utf8(input.trim_ascii())
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .filter(|v| (min..=max).contains(v));
+    let v = parse_digits(input).filter(|v| (min..=max).contains(v));
     v.ok_or_else(|| {
         pr_err!("{who}: {knob}: expected a whole number from {min} to {max}\n");
         EINVAL
@@ -100,10 +107,7 @@ impl DiskDev {
     fn store_fast_io_fail(self: &Arc<Self>, input: &[u8]) -> Result {
         let s = match input.trim_ascii() {
             b"off" => FAST_IO_FAIL_OFF,
-            v => match core::str::from_utf8(v)
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-            {
+            v => match parse_digits(v) {
                 Some(s) if s <= 86_400 => s,
                 _ => {
                     pr_err!(
