@@ -6,9 +6,16 @@
 #   selftests/run.sh                     every test
 #   selftests/run.sh tests/20-ib-client.sh ...   only these (paths relative to selftests/)
 #   TB_KEEP=1 selftests/run.sh           keep the VM state dir (default: removed when all pass)
+#
+# Each test has a time limit: TB_TEST_TIMEOUT seconds if set (then for every test), else the
+# test's own "# timeout: N" header line, else 900 s. A test past its limit is killed (its whole
+# process group) and reported "not ok - NAME: timed out after N s", and what it left in the VMs
+# is cleaned up (after_timeout). A test that reports no "ok" or "not ok" line at all fails too.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-export TB_REPO=$(cd "$HERE/.." && pwd)
+TB_REPO=$(cd "$HERE/.." && pwd)
+export TB_REPO
+TB_TEST_TIMEOUT_DEFAULT=900
 # shellcheck source=vm/testbed.sh
 source "$HERE/vm/testbed.sh"
 
@@ -19,6 +26,38 @@ n=0 pass=0 fail=0
 tap() { # tap ok|not-ok DESCRIPTION
   n=$((n + 1))
   if [ "$1" = ok ]; then pass=$((pass + 1)); echo "ok $n - $2"; else fail=$((fail + 1)); echo "not ok $n - $2"; fi
+}
+
+# report PREFIX: numbers the "ok - " / "not ok - " lines read from stdin (as PREFIX + the
+# rest) and passes the others on as comments; sets REPORTED and REPORTED_FAIL (0 or 1)
+report() {
+  local line
+  REPORTED=0 REPORTED_FAIL=0
+  while IFS= read -r line; do
+    case "$line" in
+      "ok - "*) tap ok "$1${line#ok - }"; REPORTED=1 ;;
+      "not ok - "*) tap not-ok "$1${line#not ok - }"; REPORTED=1 REPORTED_FAIL=1 ;;
+      *) printf '# %s\n' "$line" ;;
+    esac
+  done
+}
+
+# after_timeout NAME: what a killed test left in the VMs (its fio runs, unmounted mounts, mapped
+# disks, the module, its target and backing files, a deleted rxe0), cleaned up with the disk
+# tests' helpers, best effort and bounded (60 s a command, 300 s in all), so the next tests
+# start from a clean bed. Its output goes to the test's log.
+after_timeout() {
+  # shellcheck disable=SC2016 # the arguments of bash -c
+  TB_TEST=$1 TB_CMD_TIMEOUT=60 timeout -k 10 300 bash -c 'source "$1"; source "$2"; source "$3"; tr_rxe_restore; dk_cleanup' \
+    _ "$HERE/vm/testbed.sh" "$HERE/tests/lib/disk.sh" "$HERE/tests/lib/transport.sh" >>"$TB_DIR/$1.test.log" 2>&1 </dev/null
+}
+
+# test_limit FILE: the test's time limit in seconds (see the top of this file)
+test_limit() {
+  local h
+  if [[ ${TB_TEST_TIMEOUT:-} =~ ^[1-9][0-9]*$ ]]; then echo "$TB_TEST_TIMEOUT"; return; fi
+  h=$(sed -n 's/^# timeout: *\([1-9][0-9]*\) *$/\1/p' "$1" | head -n 1)
+  echo "${h:-$TB_TEST_TIMEOUT_DEFAULT}"
 }
 
 echo "TAP version 13"
@@ -33,22 +72,44 @@ tap ok "test bed boots (compute + storage, rxe0 on both) in $((SECONDS - t_start
 for t in "${tests[@]}"; do
   [ -f "$t" ] || t=$HERE/$t
   name=$(basename "$t" .sh)
-  echo "# --- $name"
+  limit=$(test_limit "$t")
+  echo "# --- $name (time limit ${limit}s)"
   t0=$SECONDS
   # A test prints "ok - what" / "not ok - what" lines (and "# ..." comments); the runner numbers
-  # them. A test that exits non-zero without reporting a failure fails as a whole.
-  out=$(TB_TEST=$name bash -c 'source "$1"; source "$2"' _ "$HERE/vm/testbed.sh" "$t" 2>&1)
+  # them. A test that exits non-zero without reporting a failure fails as a whole, and so does
+  # one that reports nothing. timeout(1) runs the test in a process group of its own and at the
+  # limit signals all of it: SIGTERM, then SIGKILL 10 s later. The output is kept in
+  # $TB_DIR/NAME.test.log.
+  log=$TB_DIR/$name.test.log
+  # shellcheck disable=SC2016 # the arguments of bash -c
+  TB_TEST=$name timeout -k 10 "$limit" bash -c 'source "$1"; source "$2"' _ "$HERE/vm/testbed.sh" "$t" \
+    >"$log" 2>&1 </dev/null
   rc=$?
-  reported_fail=0
-  while IFS= read -r line; do
-    case "$line" in
-      "ok - "*) tap ok "$name: ${line#ok - }" ;;
-      "not ok - "*) tap not-ok "$name: ${line#not ok - }"; reported_fail=1 ;;
-      *) printf '# %s\n' "$line" ;;
-    esac
-  done <<<"$out"
-  if [ $rc -ne 0 ] && [ $reported_fail = 0 ]; then tap not-ok "$name: exited with status $rc"; fi
-  echo "# $name took $((SECONDS - t0))s"
+  took=$((SECONDS - t0))
+  timed_out=0
+  if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ "$took" -ge "$limit" ]; then timed_out=1; fi
+  report "$name: " <"$log"
+  if [ $timed_out = 1 ]; then
+    tap not-ok "$name: timed out after $limit s"
+    t1=$SECONDS; after_timeout "$name"
+    echo "# $name: cleanup after the timeout (status $?, $((SECONDS - t1))s)"
+  elif [ $rc -ne 0 ] && [ "$REPORTED_FAIL" = 0 ]; then
+    tap not-ok "$name: exited with status $rc"
+  elif [ "$REPORTED" = 0 ]; then
+    tap not-ok "$name: reported no result (no 'ok' or 'not ok' line)"
+  fi
+  echo "# $name took ${took}s"
+  # A VM that died (a kernel panic) fails every later test: stop here, and show why it died.
+  gone=
+  for role in compute storage; do
+    kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null && continue
+    gone+="$role "
+    tap not-ok "$role VM still up after $name"
+    grep -n -m1 -E "$TB_SPLAT_RE" "$TB_DIR/$role.console" | cut -d: -f1 | while read -r l; do
+      tail -n +"$((l > 20 ? l - 20 : 1))" "$TB_DIR/$role.console" | head -n 80 | sed 's/^/#   console: /'
+    done
+  done
+  if [ -n "$gone" ]; then echo "# stopping: the ${gone}VM is gone"; break; fi
 done
 
 tb_shutdown

@@ -54,7 +54,7 @@ _tb_vm() {
   net+=" -device virtio-net-pci,netdev=l0,mac=$mac -monitor unix:$TB_DIR/$role.mon,server,nowait"
   setsid vng --run "$kdir/arch/x86/boot/bzImage" --disable-kvm --disable-microvm --force-9p \
     --name "$role" --cpus "$cpus" --memory "$mem" --rwdir "$TB_DIR" \
-    --qemu-opts="$net" \
+    --qemu-opts="$net" --append "loglevel=5" \
     --exec "$TB_REPO/selftests/vm/agent.sh $role $addr/24 $TB_DIR" \
     </dev/null >"$TB_DIR/$role.console" 2>&1 &
   echo $! >"$TB_DIR/$role.pid"

@@ -147,13 +147,26 @@ tr_rxe_restore() {
 
 # ---------------------------------------------------------------- kernel splats
 
-tr_dmesg_mark() { TR_MARK=$(on compute "dmesg | wc -l"); }
+tr_dmesg_mark() { # TR_MARK: the compute VM's dmesg line count now (0 if it cannot be read)
+  TR_MARK=$(on compute "dmesg | wc -l" 2>/dev/null)
+  is_num "$TR_MARK" || TR_MARK=0
+}
 
 # tr_splat_check: a TAP line: no kernel splat in the compute VM's dmesg since tr_dmesg_mark
-# (the runner checks the whole log at the end too; this names the test that caused it)
+# (the runner checks the whole log at the end too; this names the test that caused it). Fails
+# if the log cannot be read or searched.
 tr_splat_check() {
-  local new
-  new=$(on compute "dmesg | tail -n +$((${TR_MARK:-0} + 1))" | grep -E "$TB_SPLAT_RE")
-  [ -z "$new" ]
-  res $? "no kernel splat in the compute VM's dmesg during the test" || printf '%s\n' "$new" | head -n 20 | indent
+  local log new rc=0
+  if ! log=$(on compute "dmesg | tail -n +$((${TR_MARK:-0} + 1))" 2>&1); then
+    res 1 "no kernel splat in the compute VM's dmesg during the test: dmesg could not be read"
+    printf '%s\n' "$log" | tail -n 5 | indent
+    return 1
+  fi
+  new=$(grep -E "$TB_SPLAT_RE" <<<"$log") || rc=$?
+  case $rc in
+    0) res 1 "no kernel splat in the compute VM's dmesg during the test"
+       printf '%s\n' "$new" | head -n 20 | indent; return 1 ;;
+    1) res 0 "no kernel splat in the compute VM's dmesg during the test" ;;
+    *) res 1 "no kernel splat in the compute VM's dmesg during the test: grep failed (status $rc)" ;;
+  esac
 }
