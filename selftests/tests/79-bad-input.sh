@@ -92,7 +92,7 @@ devs=$(sed -n 's/^DEVICES //p' <<<"$out")
 [ "$devs" = "$dev d79 $DK_S:$DK_PORT vol0 live;" ]
 res $? "no bad map line mapped anything and no bad unmap word unmapped (ctl/devices: '$devs')"
 
-dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bs=4k --size=2M --iodepth=4 --verify=crc32c --do_verify=1"
-res $? "the disk still works: 2 MiB of verified writes: $FIO_SUM"
+dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bs=4k --size=512k --iodepth=4 --verify=crc32c --do_verify=1"
+res $? "the disk still works: 512 KiB of verified writes: $FIO_SUM"
 tr_splat_check
 dk_cleanup

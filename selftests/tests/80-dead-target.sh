@@ -47,7 +47,7 @@ if res $? "[fast] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
   dk_target_start --export "vol0=$back" >/dev/null
   tr_wait back "$dev" 90 any
   res $? "[fast] the target restarted: the disk is live again ($TR_WAIT)"
-  dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bs=4k --size=2M --iodepth=4 --verify=crc32c --do_verify=1"
+  dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bs=4k --size=1M --iodepth=4 --verify=crc32c --do_verify=1"
   res $? "[fast] I/O works again: $FIO_SUM"
 fi
 tr_splat_check

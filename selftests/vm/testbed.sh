@@ -52,9 +52,12 @@ _tb_vm() {
   local role=$1 addr=$2 cpus=$3 mem=$4 lport=$5 rport=$6 mac=$7 kdir=$8
   local net="-netdev dgram,id=l0,local.type=inet,local.host=127.0.0.1,local.port=$lport,remote.type=inet,remote.host=127.0.0.1,remote.port=$rport"
   net+=" -device virtio-net-pci,netdev=l0,mac=$mac -monitor unix:$TB_DIR/$role.mon,server,nowait"
+  # --verbose sends the serial console to the console file (else it goes nowhere), and
+  # loglevel=5 keeps it to warnings and worse: an oops or a panic (panic=-1 ends the VM) is
+  # then on record even when the kernel log stream had no time to write it.
   setsid vng --run "$kdir/arch/x86/boot/bzImage" --disable-kvm --disable-microvm --force-9p \
     --name "$role" --cpus "$cpus" --memory "$mem" --rwdir "$TB_DIR" \
-    --qemu-opts="$net" --append "loglevel=5" \
+    --qemu-opts="$net" --verbose --append "loglevel=5" \
     --exec "$TB_REPO/selftests/vm/agent.sh $role $addr/24 $TB_DIR" \
     </dev/null >"$TB_DIR/$role.console" 2>&1 &
   echo $! >"$TB_DIR/$role.pid"
