@@ -57,7 +57,7 @@ done
 use auto || { dk_cleanup; exit 1; }
 GAP_SECS=${BENCH_GAP_SECS:-90}
 log=$TB_DIR/bench-gap
-on compute "rm -f ${log}_*.log; setsid fio --name=gap --filename=/dev/$DK_DEV --ioengine=libaio --direct=1 --size=32M \
+on compute "rm -f ${log}_*.log; setsid fio --name=gap --filename=/dev/$DK_DEV --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
   --rw=randread --bs=4k --iodepth=1 --time_based --runtime=$GAP_SECS --write_lat_log=$log --log_avg_msec=0 \
   --output-format=json --output=$log.json </dev/null >$log.err 2>&1 & echo \$! >$log.pid"
 sleep 10

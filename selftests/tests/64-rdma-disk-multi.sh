@@ -6,7 +6,7 @@
 # with no error. Then rdmadisk1 verifies again on its own, and a new mapping takes the lowest
 # free index (rdmadisk0). The runner's dmesg check catches any splat from the teardown.
 
-# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 
@@ -25,9 +25,9 @@ fi
 
 # rdmadisk0: random I/O until it is torn away (errors expected). rdmadisk1: a verified run,
 # 32 MiB written at 2 MiB/s (about 16 s), then read back.
-dk_fio_bg victim "--name=victim --filename=/dev/rdmadisk0 --rw=randrw --bsrange=4k-256k --iodepth=8 --size=64M --time_based --runtime=120"
+dk_fio_bg victim "--name=victim --filename=/dev/$d0 --rw=randrw --bsrange=4k-256k --iodepth=8 --size=64M --time_based --runtime=120"
 # The keeper is rate-limited so that it is still running when the victim's disk goes.
-dk_fio_bg keeper "--name=keeper --filename=/dev/rdmadisk1 --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=32M --iodepth=8 --rate=2m --randseed=64"
+dk_fio_bg keeper "--name=keeper --filename=/dev/$d1 --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=32M --iodepth=8 --rate=2m --randseed=64"
 
 # Let both get going: some responses on each disk.
 busy() { # busy DEV: prints the disk's responses count
@@ -70,17 +70,21 @@ dk_csnap rdmadisk1
 n_eq "$(cstat io_errors)" 0
 res $? "rdmadisk1: io_errors=$(cstat io_errors) (timeouts=$(cstat timeouts) reconnects=$(cstat reconnects) requeued=$(cstat requeued))"
 
-dk_fio again "--name=again --filename=/dev/rdmadisk1 --rw=randwrite --bsrange=4k-1m --verify=crc32c --do_verify=1 --size=8M --offset=32M --iodepth=4 --randseed=641"
+dk_fio again "--name=again --filename=/dev/$d1 --rw=randwrite --bsrange=4k-1m --verify=crc32c --do_verify=1 --size=8M --offset=32M --iodepth=4 --randseed=641"
 res $? "rdmadisk1 alone afterwards: 8 MiB verified: $FIO_SUM"
 
 dk_map_disk d64c vol0 && [ "$DK_DEV" = rdmadisk0 ]
 res $? "a new mapping takes the lowest free index: d64c -> /dev/${DK_DEV:-?}"
-dk_fio fresh "--name=fresh --filename=/dev/rdmadisk0 --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=4M --iodepth=4 --randseed=642"
-res $? "the new rdmadisk0 works: 4 MiB verified: $FIO_SUM"
+if [ -n "$DK_DEV" ] && on compute "test -b /dev/$DK_DEV"; then
+  dk_fio fresh "--name=fresh --filename=/dev/$DK_DEV --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=4M --iodepth=4 --randseed=642"
+  res $? "the new /dev/$DK_DEV works: 4 MiB verified: $FIO_SUM"
+else
+  res 1 "the new disk works: /dev/${DK_DEV:-?} is not a block device; fio not run"
+fi
 
 dk_tsnap
 echo "  target: rdma_connections=$(tstat rdma_connections) connections_active=$(tstat connections_active) resets=$(tstat resets) rdma_errors=$(tstat rdma_errors) bound_violations=$(tstat bound_violations)"
-dk_unmap rdmadisk0 normal && dk_unmap rdmadisk1 normal && dk_gone rdmadisk0 10 && dk_gone rdmadisk1 10 &&
+dk_unmap "$DK_DEV" normal && dk_unmap "$d1" normal && dk_gone "$DK_DEV" 10 && dk_gone "$d1" 10 &&
   on compute "rmmod rdmadisk"
 res $? "unmap both normally; rmmod rdmadisk"
 dk_cleanup

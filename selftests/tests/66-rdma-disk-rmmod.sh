@@ -4,7 +4,7 @@
 # operator takes a busy disk away: fio gets errors, and then rmmod removes the remaining (idle)
 # mapped disk and unloads. The module must load and map again afterwards.
 
-# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 
@@ -59,10 +59,14 @@ res $? "module gone; /sys/block/$dev, /sys/block/$idle and /sys/class/rdmadisk g
 
 dk_load && dk_map_disk d66 vol0 && [ "$DK_DEV" = rdmadisk0 ]
 res $? "insmod again; map name=d66 again: /dev/${DK_DEV:-?}"
-dk_fio again "--name=again --filename=/dev/rdmadisk0 --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=4M --iodepth=8 --randseed=66"
-res $? "the remapped disk works: 4 MiB verified: $FIO_SUM"
+if [ -n "$DK_DEV" ] && on compute "test -b /dev/$DK_DEV"; then
+  dk_fio again "--name=again --filename=/dev/$DK_DEV --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=4M --iodepth=8 --randseed=66"
+  res $? "the remapped /dev/$DK_DEV works: 4 MiB verified: $FIO_SUM"
+else
+  res 1 "the remapped disk works: /dev/${DK_DEV:-?} is not a block device; fio not run"
+fi
 
-dk_unmap rdmadisk0 normal && dk_gone rdmadisk0 10 && on compute "rmmod rdmadisk"
+dk_unmap "$DK_DEV" normal && dk_gone "$DK_DEV" 10 && on compute "rmmod rdmadisk"
 res $? "unmap normal; rmmod rdmadisk"
 dk_tsnap
 echo "  target: rdma_connections=$(tstat rdma_connections) connections_active=$(tstat connections_active) resets=$(tstat resets) rdma_errors=$(tstat rdma_errors)"

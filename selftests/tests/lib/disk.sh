@@ -185,13 +185,31 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
 
 # ---------------------------------------------------------------- fio (compute VM)
 # Every run adds --ioengine=libaio --direct=1, no verify state files, and writes fio's normal
-# and JSON output to one file; dk_fio_result parses it on the host.
+# and JSON output to one file; dk_fio_result parses it on the host. fio is given only block
+# devices: --allow_file_create=0, and each --filename is checked to be a block device in the VM
+# first (else fio is not run and its status reads "nodev"), so a disk that failed to map cannot
+# turn into a regular file in /dev that fio fills and verifies with no driver involved.
 
-DK_FIO_BASE="--ioengine=libaio --direct=1 --verify_state_save=0 --output-format=normal,json"
+DK_FIO_BASE="--ioengine=libaio --direct=1 --allow_file_create=0 --verify_state_save=0 --output-format=normal,json"
+
+# dk_fio_devcheck RCFILE LOGFILE FIO-ARGS: a compute-side snippet that exits 1, with "nodev" in
+# RCFILE and the reason in LOGFILE, unless every --filename in FIO-ARGS is a block device
+dk_fio_devcheck() {
+  local rcf=$1 logf=$2 a s="" w
+  read -ra w <<<"$3"
+  for a in "${w[@]}"; do
+    case $a in --filename=*)
+      s+="[ -b '${a#--filename=}' ] || { echo 'fio not run: ${a#--filename=} is not a block device' >$logf; echo nodev >$rcf; exit 1; }
+" ;;
+    esac
+  done
+  printf '%s' "$s"
+}
 
 dk_fio() { # dk_fio TAG FIO-ARGS: runs fio in the foreground; then dk_fio_result TAG
   local tag=$1 b=$TB_DIR/$DK_ID.fio-$1; shift
   on compute "rm -f $b.out $b.log $b.rc
+$(dk_fio_devcheck "$b.rc" "$b.log" "$*")
 timeout ${DK_FIO_TIMEOUT:-600} fio $DK_FIO_BASE --output=$b.out $* >$b.log 2>&1; echo \$? >$b.rc" >/dev/null
   dk_fio_result "$tag"
 }
@@ -199,6 +217,7 @@ timeout ${DK_FIO_TIMEOUT:-600} fio $DK_FIO_BASE --output=$b.out $* >$b.log 2>&1;
 dk_fio_bg() { # dk_fio_bg TAG FIO-ARGS: starts fio in the background (its own process group)
   local b=$TB_DIR/$DK_ID.fio-$1; shift
   on compute "rm -f $b.out $b.log $b.rc $b.rc.tmp $b.pid
+$(dk_fio_devcheck "$b.rc" "$b.log" "$*")
 setsid bash -c 'timeout ${DK_FIO_TIMEOUT:-600} fio $DK_FIO_BASE --output=$b.out $* >$b.log 2>&1; echo \$? >$b.rc.tmp; mv $b.rc.tmp $b.rc' </dev/null >/dev/null 2>&1 &
 echo \$! >$b.pid"
 }

@@ -82,6 +82,7 @@ tr_rounds_start() { # tr_rounds_start TAG FIO-ARGS: starts the rounds in the com
   local tag=$1 b=$TB_DIR/$DK_ID.fio-$1; shift
   rm -f "$b".r*.out "$b".r*.log "$b".r*.rc "$b.stop" "$b.done" "$b.pid"
   printf '%s\n' "n=0
+$(dk_fio_devcheck "$b.r1.rc" "$b.r1.log" "$*" | sed "s|exit 1;|echo 0 >$b.done; exit 1;|")
 while [ ! -e $b.stop ] && [ \$n -lt ${TR_MAX_ROUNDS:-500} ]; do
   n=\$((n + 1))
   timeout ${DK_FIO_TIMEOUT:-600} fio $DK_FIO_BASE --output=$b.r\$n.out --randseed=\$n $* >$b.r\$n.log 2>&1
