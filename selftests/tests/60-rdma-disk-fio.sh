@@ -8,7 +8,8 @@
 # with RDMA Write; every data response was a Send-with-Invalidate and the client saw each as a
 # remote invalidation of that request's rkey (so no local invalidation, no rkey mismatch); the
 # data-less responses (flush, discard, write-zeroes, nop; rkey 0) were plain Sends; no CRC
-# error, retry, timeout or reconnect. Then a read-only mapping (ro) of the same export reads
+# error, retry, timeout or reconnect; a seeded pattern written through the disk is in the
+# backing file on the storage VM at the same offset. Then a read-only mapping (ro) of the same export reads
 # the same data and refuses writes before they reach the target.
 
 # shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
@@ -85,7 +86,12 @@ res $? "no CRC error, retry, I/O error or timeout on either side${bad:+ (got$bad
 n_gt "$(cstat max_outstanding)" 1 && n_le "$(cstat max_outstanding)" 32
 res $? "client: max_outstanding=$(cstat max_outstanding) (more than one request in flight per queue at depth 16, within the target's 32 credits)"
 
-# 3. Read-only: the same export mapped with ro reads the same bytes and refuses writes.
+# 3. What landed on the storage VM: 2 MiB of a seeded pattern written at 40 MiB (past fio's
+#    32 MiB) must be in the backing file at 40 MiB, not only readable through the driver.
+dk_check_backing "$dev" "$back" 40 2
+res $? "the backing file on the storage VM holds what was written, where it was written: $DK_BACKING"
+
+# 4. Read-only: the same export mapped with ro reads the same bytes and refuses writes.
 sum_rw=$(on compute "dd if=/dev/$dev bs=1M count=8 iflag=direct status=none | sha256sum")
 dk_unmap "$dev" normal && dk_gone "$dev" 10
 res $? "unmap normal after fio: /sys/block/$dev and /dev/$dev gone"

@@ -1,9 +1,10 @@
 # A filesystem on /dev/rdmadisk0 survives an unmap and a fresh map: mkfs.ext4 (which also
 # discards the device), mount, a few MiB of random files, sync, checksums; umount, unmap, map
 # the same name again, fsck, mount and compare. The second mount reads everything from the
-# target: the remapped disk is a new block device with an empty page cache.
+# target: the remapped disk is a new block device with an empty page cache. Last, the whole
+# disk read through the driver must be the backing file on the storage VM, byte for byte.
 
-# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 MNT=/mnt/rdmadisk61
@@ -61,8 +62,12 @@ if [ $rc = 0 ]; then
   printf '%s\n' "$out" | tail -n 5 | indent
   [ $rc = 0 ] && grep -q '^checked 23$' <<<"$out"
   res $? "mount again: all 23 files match their sha256sums"
-  on compute "umount $MNT" && dk_unmap "$dev" normal && dk_gone "$dev" 10
-  res $? "umount; unmap normal"
+  on compute "umount $MNT"
+  res $? "umount"
+  dk_check_image "$dev" "$back"
+  res $? "the whole disk, read through /dev/$dev, is the backing file on the storage VM: $DK_BACKING"
+  dk_unmap "$dev" normal && dk_gone "$dev" 10
+  res $? "unmap normal"
 fi
 
 dk_tsnap

@@ -4,7 +4,9 @@
 # run, "force" is written to rdmadisk0's unmap: fio on rdmadisk0 gets I/O errors (expected),
 # rdmadisk0 leaves /sys/block and /dev, and fio on rdmadisk1 completes its crc32c-verified run
 # with no error. Then rdmadisk1 verifies again on its own, and a new mapping takes the lowest
-# free index (rdmadisk0). The runner's dmesg check catches any splat from the teardown.
+# free index (rdmadisk0). On each disk that stays, a seeded pattern written through it must be
+# in its backing file on the storage VM at the same offset. The runner's dmesg check catches
+# any splat from the teardown.
 
 # shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
@@ -72,12 +74,16 @@ res $? "rdmadisk1: io_errors=$(cstat io_errors) (timeouts=$(cstat timeouts) reco
 
 dk_fio again "--name=again --filename=/dev/$d1 --rw=randwrite --bsrange=4k-1m --verify=crc32c --do_verify=1 --size=8M --offset=32M --iodepth=4 --randseed=641"
 res $? "rdmadisk1 alone afterwards: 8 MiB verified: $FIO_SUM"
+dk_check_backing "$d1" "$b1" 48 1
+res $? "$d1: its backing file on the storage VM holds what was written, where it was written: $DK_BACKING"
 
 dk_map_disk d64c vol0 && [ "$DK_DEV" = rdmadisk0 ]
 res $? "a new mapping takes the lowest free index: d64c -> /dev/${DK_DEV:-?}"
 if [ -n "$DK_DEV" ] && on compute "test -b /dev/$DK_DEV"; then
   dk_fio fresh "--name=fresh --filename=/dev/$DK_DEV --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=4M --iodepth=4 --randseed=642"
   res $? "the new /dev/$DK_DEV works: 4 MiB verified: $FIO_SUM"
+  dk_check_backing "$DK_DEV" "$b0" 16 1
+  res $? "the new /dev/$DK_DEV: vol0's backing file holds what was written, where it was written: $DK_BACKING"
 else
   res 1 "the new disk works: /dev/${DK_DEV:-?} is not a block device; fio not run"
 fi

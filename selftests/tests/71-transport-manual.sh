@@ -8,9 +8,11 @@
 # Acceptance: each switch completes within RDT71_SWITCH_S (default 60 s) with I/O then
 # flowing on the new transport (tcp_ios, then rdma_ios, rising); while on TCP, rdma_ios stays
 # put and the target sees a TCP connection; every fio round finishes with no error and
-# verified; io_errors=0, state live; no kernel splat.
+# verified; a seeded pattern written through the disk on TCP, and another on RDMA again, is
+# in the backing file on the storage VM at the same offset; io_errors=0, state live; no kernel
+# splat.
 
-# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/transport.sh
 source "$TB_REPO/selftests/tests/lib/transport.sh"
@@ -51,6 +53,11 @@ res $? "$TCP_RUN s on TCP: tcp_ios $t2 -> $t3, rdma_ios unchanged ($r2 -> $r3), 
 dk_tsnap
 n_gt "$(tstat tcp_connections)" 0
 res $? "target: tcp_connections=$(tstat tcp_connections) (rdma_connections=$(tstat rdma_connections))"
+dk_check_backing "$dev" "$back" 8 1
+rc=$?
+act=$(tr_get "$dev" active_transport)
+[ $rc = 0 ] && [ "$act" = tcp ]
+res $? "over TCP (active_transport $act): the backing file holds what was written, where it was written: $DK_BACKING"
 tr_rounds_running m
 res $? "fio still running ($(tr_rounds_count m) rounds done) when switching back"
 
@@ -65,6 +72,11 @@ sleep 5
 
 tr_rounds_stop m 300
 res $? "fio: every round finished with no error, data verified: $FIO_SUM"
+dk_check_backing "$dev" "$back" 10 1
+rc=$?
+act=$(tr_get "$dev" active_transport)
+[ $rc = 0 ] && [ "$act" = rdma ]
+res $? "back on RDMA (active_transport $act): the backing file holds what was written, where it was written: $DK_BACKING"
 
 dk_csnap "$dev"
 dk_show client "$DK_CS"

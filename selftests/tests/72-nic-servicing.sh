@@ -14,9 +14,11 @@
 # (from the add).
 #
 # Acceptance: every cycle within its bounds; every fio round without error and verified;
-# failovers and failbacks both rose by at least the cycles; io_errors=0; no kernel splat.
+# failovers and failbacks both rose by at least the cycles; io_errors=0; a seeded pattern
+# written through the disk afterwards is in the backing file at the same offset; no kernel
+# splat.
 
-# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/transport.sh
 source "$TB_REPO/selftests/tests/lib/transport.sh"
@@ -93,6 +95,8 @@ res $? "$done of $CYCLES NIC servicing cycles, $fails failed: delete within $DEL
 sleep 3
 tr_rounds_stop s 300
 res $? "fio through the drill: every round finished with no error, data verified: $FIO_SUM"
+dk_check_backing "$dev" "$back" 8 1
+res $? "after the drill: the backing file holds what was written, where it was written: $DK_BACKING"
 
 dk_csnap "$dev"
 dk_show client "$DK_CS"

@@ -183,6 +183,50 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
   tr '\n' ' ' <<<"$2" | fold -s -w 110 | sed "s/^/  $1: /"; echo
 }
 
+# ---------------------------------------------------------------- what landed on the storage VM
+# fio's verify and the tests' checksums read the data back through the same driver that wrote
+# it, so a consistent offset bug (writes and reads both going to the same wrong place) would
+# pass them. These compare the backing file on the storage VM with what the device was given.
+
+# dk_check_backing DEV BACKFILE OFFSET_MIB LEN_MIB: writes LEN_MIB MiB of a pattern made on the
+# host from a fixed seed (the test's name and the range) through /dev/DEV at OFFSET_MIB MiB
+# (O_DIRECT, then fsync), reads the range back through the device (O_DIRECT), and reads the
+# same range of BACKFILE on the storage VM. The device I/O runs in the background with a time
+# limit (dk_timed). Sets DK_BACKING (a short text for TAP lines). Status 0 if the three sha256
+# sums are the same: the data is in the backing file at the offset it was written to.
+dk_check_backing() {
+  local dev=$1 back=$2 off=$3 len=$4 pat seed want got_dev got_back out
+  pat=$TB_DIR/$DK_ID.pattern-$off-$len.bin
+  seed=$(printf '%s' "$DK_ID:$off:$len" | cksum | cut -d' ' -f1)
+  python3 -c 'import random, sys; sys.stdout.buffer.write(random.Random(int(sys.argv[1])).randbytes(int(sys.argv[2])))' \
+    "$seed" $((len << 20)) >"$pat"
+  want=$(sha256sum <"$pat" | cut -c1-64)
+  out=$(dk_timed "backing-$off" 120 "test -b /dev/$dev || { echo 'not a block device: /dev/$dev'; exit 1; }
+dd if=$pat of=/dev/$dev bs=1M seek=$off count=$len oflag=direct conv=notrunc,fsync status=none || exit 1
+echo DEVSUM \$(dd if=/dev/$dev bs=1M skip=$off count=$len iflag=direct status=none | sha256sum)")
+  got_dev=$(sed -n 's/^DEVSUM \([0-9a-f]*\).*/\1/p' <<<"$out")
+  got_back=$(on storage "dd if=$back bs=1M skip=$off count=$len status=none | sha256sum" | cut -c1-64)
+  rm -f "$pat"
+  DK_BACKING="$len MiB of a seeded pattern at $off MiB: sha256 ${want:0:12}, read back through /dev/$dev ${got_dev:0:12}, in the backing file ${got_back:0:12}"
+  [ ${#want} = 64 ] && [ "$got_dev" = "$want" ] && [ "$got_back" = "$want" ] && return 0
+  printf '%s\n' "$out" | indent
+  return 1
+}
+
+# dk_check_image DEV BACKFILE: the whole of /dev/DEV, read with O_DIRECT, against the whole
+# backing file on the storage VM (sha256). Sets DK_BACKING. Status 0 if they are the same.
+dk_check_image() {
+  local dev=$1 back=$2 out got_dev got_back
+  out=$(dk_timed "image" 300 "test -b /dev/$dev || { echo 'not a block device: /dev/$dev'; exit 1; }
+echo DEVSUM \$(dd if=/dev/$dev bs=1M iflag=direct status=none | sha256sum) \$(blockdev --getsize64 /dev/$dev)")
+  got_dev=$(sed -n 's/^DEVSUM \([0-9a-f]*\).*/\1/p' <<<"$out")
+  got_back=$(on storage "sha256sum <$back" | cut -c1-64)
+  DK_BACKING="the whole device ($(sed -n 's/^DEVSUM [0-9a-f]* - \([0-9]*\)$/\1/p' <<<"$out") bytes): sha256 through /dev/$dev ${got_dev:0:12}, of the backing file ${got_back:0:12}"
+  [ ${#got_dev} = 64 ] && [ "$got_dev" = "$got_back" ] && return 0
+  printf '%s\n' "$out" | indent
+  return 1
+}
+
 # ---------------------------------------------------------------- fio (compute VM)
 # Every run adds --ioengine=libaio --direct=1, no verify state files, and writes fio's normal
 # and JSON output to one file; dk_fio_result parses it on the host. fio is given only block
