@@ -192,7 +192,8 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
 # host from a fixed seed (the test's name and the range) through /dev/DEV at OFFSET_MIB MiB
 # (O_DIRECT, then fsync), reads the range back through the device (O_DIRECT), and reads the
 # same range of BACKFILE on the storage VM. The device I/O runs in the background with a time
-# limit (dk_timed). Sets DK_BACKING (a short text for TAP lines). Status 0 if the three sha256
+# limit (dk_timed) of 120 s + 120 s per MiB (rxe under TCG on a loaded host has been seen at
+# 100 KiB/s). Sets DK_BACKING (a short text for TAP lines). Status 0 if the three sha256
 # sums are the same: the data is in the backing file at the offset it was written to.
 dk_check_backing() {
   local dev=$1 back=$2 off=$3 len=$4 pat seed want got_dev got_back out
@@ -201,7 +202,7 @@ dk_check_backing() {
   python3 -c 'import random, sys; sys.stdout.buffer.write(random.Random(int(sys.argv[1])).randbytes(int(sys.argv[2])))' \
     "$seed" $((len << 20)) >"$pat"
   want=$(sha256sum <"$pat" | cut -c1-64)
-  out=$(dk_timed "backing-$off" 120 "test -b /dev/$dev || { echo 'not a block device: /dev/$dev'; exit 1; }
+  out=$(dk_timed "backing-$off" $((120 + 120 * len)) "test -b /dev/$dev || { echo 'not a block device: /dev/$dev'; exit 1; }
 dd if=$pat of=/dev/$dev bs=1M seek=$off count=$len oflag=direct conv=notrunc,fsync status=none || exit 1
 echo DEVSUM \$(dd if=/dev/$dev bs=1M skip=$off count=$len iflag=direct status=none | sha256sum)")
   got_dev=$(sed -n 's/^DEVSUM \([0-9a-f]*\).*/\1/p' <<<"$out")
@@ -217,7 +218,7 @@ echo DEVSUM \$(dd if=/dev/$dev bs=1M skip=$off count=$len iflag=direct status=no
 # backing file on the storage VM (sha256). Sets DK_BACKING. Status 0 if they are the same.
 dk_check_image() {
   local dev=$1 back=$2 out got_dev got_back
-  out=$(dk_timed "image" 300 "test -b /dev/$dev || { echo 'not a block device: /dev/$dev'; exit 1; }
+  out=$(dk_timed "image" 900 "test -b /dev/$dev || { echo 'not a block device: /dev/$dev'; exit 1; }
 echo DEVSUM \$(dd if=/dev/$dev bs=1M iflag=direct status=none | sha256sum) \$(blockdev --getsize64 /dev/$dev)")
   got_dev=$(sed -n 's/^DEVSUM \([0-9a-f]*\).*/\1/p' <<<"$out")
   got_back=$(on storage "sha256sum <$back" | cut -c1-64)
