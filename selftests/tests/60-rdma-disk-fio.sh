@@ -12,7 +12,7 @@
 # backing file on the storage VM at the same offset. Then a read-only mapping (ro) of the same export reads
 # the same data and refuses writes before they reach the target.
 
-# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 
@@ -75,14 +75,14 @@ res $? "client: every data response invalidated the request's rkey remotely (rem
 n_le $(($(tstat send_with_inv) - rq)) "$(cstat responses)" && n_le "$(cstat responses)" "$(tsum send_with_inv plain_sends)"
 res $? "client: responses=$(cstat responses) within [send_with_inv, send_with_inv+plain_sends] of the target"
 bad=
-for k in crc_read_errors crc_write_errors crc_retries io_errors timeouts; do
+for k in crc_read_errors crc_write_errors crc_retries io_errors timeouts reconnects requeued; do
   n_eq "$(cstat $k)" 0 || bad+=" $k=$(cstat $k)"
 done
-for k in crc_failures bound_violations io_errors rdma_errors; do
+for k in crc_failures bound_violations io_errors rdma_errors resets; do
   n_eq "$(tstat $k)" 0 || bad+=" target:$k=$(tstat $k)"
 done
 [ -z "$bad" ]
-res $? "no CRC error, retry, I/O error or timeout on either side${bad:+ (got$bad)}; connection resets: $(cstat reconnects) (requeued $rq, none failed)"
+res $? "no CRC error, retry, I/O error, timeout or connection reset on either side: reconnects=$(cstat reconnects), requeued=$rq, target resets=$(tstat resets)${bad:+ (got$bad)}"
 n_gt "$(cstat max_outstanding)" 1 && n_le "$(cstat max_outstanding)" 32
 res $? "client: max_outstanding=$(cstat max_outstanding) (more than one request in flight per queue at depth 16, within the target's 32 credits)"
 

@@ -7,10 +7,11 @@
 # out; the driver may reset the connection, reconnect and requeue them (the loss timeout is far
 # away), and fio must finish with no error and its data verified.
 #
-# Acceptance: fio 0 errors; the client counted timeouts > 0 or reconnects > 0 (both reported,
-# with requeued).
+# Acceptance: the target process is stopped (state T) for the whole freeze; the client's
+# timeouts or reconnects rise during the freeze; fio 0 errors; the client counted timeouts > 0
+# or reconnects > 0 (both reported, with requeued).
 
-# shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 FREEZE=${RDT65_FREEZE:-8}
@@ -42,14 +43,25 @@ if ! res $? "fio (32 MiB of verified random writes at 2 MiB/s, iodepth 8) under 
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 
+# tstate: the target process's state letter (T: stopped)
+tstate() { on storage "sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/\$(cat $DK_TPID)/status" 2>/dev/null; }
+dk_csnap "$dev"
+read -r c_to0 c_rc0 <<<"$(cstat timeouts) $(cstat reconnects)"
 on storage "kill -STOP \$(cat $DK_TPID)" >/dev/null
 t0=$SECONDS
+st0=$(tstate)
 sleep "$FREEZE"
+st1=$(tstate)
 states=$(on compute "cat $A/state")
 dk_csnap "$dev"
-frozen_timeouts=$(cstat timeouts)
+read -r c_to1 c_rc1 <<<"$(cstat timeouts) $(cstat reconnects)"
 on storage "kill -CONT \$(cat $DK_TPID)" >/dev/null
-echo "  target frozen for $((SECONDS - t0)) s; disk state at the end of the freeze: $states; timeouts so far: $frozen_timeouts"
+st2=$(tstate)
+echo "  target frozen for $((SECONDS - t0)) s; disk state at the end of the freeze: $states"
+[ "$st0" = T ] && [ "$st1" = T ] && [ -n "$st2" ] && [ "$st2" != T ] && [ "$st2" != Z ]
+res $? "SIGSTOP took effect: the target's state is T after the SIGSTOP ('$st0') and at the end of the freeze ('$st1'), '$st2' after SIGCONT"
+n_gt "$c_to1" "$c_to0" || n_gt "$c_rc1" "$c_rc0"
+res $? "the client counted the freeze while it lasted: timeouts $c_to0 -> $c_to1, reconnects $c_rc0 -> $c_rc1"
 dk_fio_running frz
 res $? "fio still running when the target is resumed (its I/O was held, not failed)"
 
