@@ -36,7 +36,7 @@ tb_boot() {
   _tb_vm storage "$TB_STORAGE_ADDR" 1 1024M "$ps" "$pc" 52:54:00:d1:5c:02 "$kdir"
   local t0=$SECONDS role
   for role in compute storage; do
-    while [ ! -e "$TB_DIR/$role.ready" ]; do
+    while [ ! -e "$TB_DIR/$role.ready" ] || [ -e "$TB_DIR/$role.failed" ]; do
       if [ -e "$TB_DIR/$role.failed" ] || ! kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null; then
         tb_log "$role failed to boot; console log tail:"; tail -n 30 "$TB_DIR/$role.console" >&2
         return 1
@@ -96,9 +96,12 @@ PY
   done
 }
 
+# tb_collect_dmesg ROLE: a kmemleak scan, then the kernel log into $TB_DIR/ROLE.dmesg; the
+# status of it all into ROLE.dmesg.rc (a failed scan or read is not "no splat").
 tb_collect_dmesg() {
   local role=$1
-  on "$role" 'if [ -w /sys/kernel/debug/kmemleak ]; then echo scan > /sys/kernel/debug/kmemleak; sleep 6; echo scan > /sys/kernel/debug/kmemleak; cat /sys/kernel/debug/kmemleak > kmemleak.'"$role"'; fi; dmesg' >"$TB_DIR/$role.dmesg" 2>&1
+  on "$role" 'set -e; if [ -w /sys/kernel/debug/kmemleak ]; then echo scan > /sys/kernel/debug/kmemleak; sleep 6; echo scan > /sys/kernel/debug/kmemleak; cat /sys/kernel/debug/kmemleak > kmemleak.'"$role"'; fi; dmesg' >"$TB_DIR/$role.dmesg" 2>&1
+  echo $? >"$TB_DIR/$role.dmesg.rc"
 }
 
 tb_shutdown() {
@@ -122,6 +125,9 @@ tb_shutdown() {
 # sleeping in atomic context, RCU stalls, oopses.
 TB_SPLAT_RE='WARNING:|BUG:|Oops|general protection fault|Kernel panic|KFENCE:|kmemleak: [0-9]+ new suspected|unreferenced object 0x|possible recursive locking|possible circular locking|inconsistent lock state|possible irq lock inversion|suspicious RCU usage|DEBUG_LOCKS_WARN_ON|trying to register non-static key|sleeping function called from invalid context|blocked for more than|self-detected stall|rcu: INFO|UBSAN:|refcount_t:|list_add corruption|list_del corruption|stack-protector|RIP: 0010'
 
+# tb_splats FILE...: prints the splat lines. Status 0: none; 1: some; 2: a file could not be
+# read (which must not pass as "none").
 tb_splats() {
-  ! grep -E "$TB_SPLAT_RE" "$1"
+  grep -hE "$TB_SPLAT_RE" "$@"
+  case $? in 0) return 1 ;; 1) return 0 ;; *) return 2 ;; esac
 }
