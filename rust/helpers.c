@@ -7,6 +7,7 @@
 #include <linux/jiffies.h>
 #include <linux/sched/mm.h>
 #include <linux/spinlock.h>
+#include <net/sock.h>
 #include <rdma/ib_verbs.h>
 #include "rdmadisk_helpers.h"
 
@@ -174,6 +175,11 @@ void rdmadisk_write_lock_bh(rwlock_t *lock)
 void rdmadisk_write_unlock_bh(rwlock_t *lock)
 {
 	write_unlock_bh(lock);
+}
+
+void rdmadisk_memalloc_socks_dec(void)
+{
+	static_branch_dec(&memalloc_socks_key);
 }
 
 unsigned int rdmadisk_memalloc_noio_save(void)

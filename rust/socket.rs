@@ -271,11 +271,14 @@ impl<T: SockEvents> Drop for TcpSocket<T> {
     fn drop(&mut self) {
         self.shutdown();
         self.unhook();
-        // SAFETY: Set in `connect` on every socket that got this far; clearing balances the
-        // global count of memalloc sockets, which the socket's own destruction does not.
-        unsafe { b::sk_clear_memalloc(self.sk()) };
+        // `sk_clear_memalloc` is not called: clearing `SOCK_MEMALLOC` while an skb from the
+        // reserves may still sit in the backlog would hit the BUG_ON in `__sk_backlog_rcv`
+        // when `sock_release` processes that backlog (nbd and iscsi_tcp never clear it).
         // SAFETY: We own the socket and nothing else refers to it any more.
         unsafe { b::sock_release(self.sock.as_ptr()) };
+        // SAFETY: Balances the `sk_set_memalloc` of `connect`, once the socket is released:
+        // with the count at zero, a late backlog skb takes the ordinary receive path.
+        unsafe { b::rdmadisk_memalloc_socks_dec() };
     }
 }
 
