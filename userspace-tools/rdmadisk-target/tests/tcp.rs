@@ -1,175 +1,19 @@
 //! End-to-end tests of the real target binary over TCP on temp files.
 
-use std::io::{BufRead, BufReader};
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::net::IpAddr;
+use std::time::Duration;
+
+use common::{pattern, read, simple, write, Target, MIB};
 use rdmadisk_net::client::{ConnectError, ConnectOptions, TcpClient};
 use rdmadisk_proto::crc32c::crc32c;
 use rdmadisk_proto::wire::{req_flags, HelloStatus, Opcode, Status};
 
-const MIB: usize = 1 << 20;
-
-struct Target {
-    child: Child,
-    addr: SocketAddr,
-    stats: PathBuf,
-    lines: mpsc::Receiver<String>,
-    _dir: tempfile::TempDir,
-}
-
-impl Target {
-    /// Starts the target with a 16 MiB read-write export `rw` and a 1 MiB read-only `ro`.
-    fn start(extra: &[&str]) -> Target {
-        let dir = tempfile::tempdir().unwrap();
-        let rw = dir.path().join("rw.img");
-        let ro = dir.path().join("ro.img");
-        std::fs::write(&rw, vec![0u8; 16 * MIB]).unwrap();
-        std::fs::write(&ro, vec![0x42u8; MIB]).unwrap();
-        let stats = dir.path().join("stats");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rdmadisk-target"))
-            .args([
-                "--listen",
-                "127.0.0.1",
-                "--tcp-port",
-                "0",
-                "--no-rdma",
-                "--stats-file",
-            ])
-            .arg(&stats)
-            .arg("--export")
-            .arg(format!("rw={}", rw.display()))
-            .arg("--export-ro")
-            .arg(format!("ro={}", ro.display()))
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let addr = loop {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("target did not start");
-            if let Some(a) = line.strip_prefix("rdmadisk-target: tcp listening on ") {
-                break a.trim().parse().unwrap();
-            }
-        };
-        Target {
-            child,
-            addr,
-            stats,
-            lines: rx,
-            _dir: dir,
-        }
-    }
-
-    fn connect(&self, export: &str) -> TcpClient {
-        TcpClient::connect(self.addr, &ConnectOptions::new(export)).unwrap()
-    }
-
-    fn counter(&self, name: &str) -> u64 {
-        // The file is rewritten every second; poke with SIGUSR1 for a fresh copy.
-        signal(&self.child, "USR1");
-        std::thread::sleep(Duration::from_millis(300));
-        read_counter(&self.stats, name)
-    }
-
-    /// SIGTERM, then the exit status and everything printed on stdout (the counters included).
-    fn stop(mut self) -> (bool, Vec<String>) {
-        signal(&self.child, "TERM");
-        let status = self.child.wait().unwrap();
-        let mut lines = Vec::new();
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            lines.push(l);
-        }
-        (status.success(), lines)
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
-fn read_counter(path: &Path, name: &str) -> u64 {
-    let text = std::fs::read_to_string(path).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}=")))
-        .unwrap_or_else(|| panic!("no counter {name} in {text}"))
-        .parse()
-        .unwrap()
-}
-
-fn pattern(seed: u32, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2654435761) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
-
-fn write(c: &mut TcpClient, tag: u32, sector: u64, data: &[u8]) -> Status {
-    let req = TcpClient::request(Opcode::Write, tag, sector, data.len() as u32, data);
-    let mut buf = vec![0u8; 16];
-    let (resp, n) = c.call(&req, data, &mut buf).unwrap();
-    assert_eq!((resp.tag, n), (tag, 0));
-    resp.status
-}
-
-fn read(c: &mut TcpClient, tag: u32, sector: u64, len: usize) -> (Status, Vec<u8>) {
-    let req = TcpClient::request(Opcode::Read, tag, sector, len as u32, &[]);
-    let mut buf = vec![0u8; 2 * MIB];
-    let (resp, n) = c.call(&req, &[], &mut buf).unwrap();
-    assert_eq!(resp.tag, tag);
-    if resp.status == Status::Ok {
-        assert_eq!(n, len);
-        assert_eq!(crc32c(&buf[..n]), resp.data_crc, "read CRC");
-    } else {
-        assert_eq!(n, 0);
-    }
-    buf.truncate(n);
-    (resp.status, buf)
-}
-
-fn simple(c: &mut TcpClient, op: Opcode, tag: u32, sector: u64, len: u32) -> Status {
-    let req = TcpClient::request(op, tag, sector, len, &[]);
-    let (resp, _) = c.call(&req, &[], &mut [0u8; 16]).unwrap();
-    assert_eq!(resp.tag, tag);
-    resp.status
-}
-
 #[test]
 fn write_read_flush_discard_zeroes() {
     let t = Target::start(&[]);
-    let mut c = t.connect("rw");
+    let mut c = t.connect_to("rw");
     let r = *c.reply();
     assert_eq!(r.status, HelloStatus::Ok);
     assert_eq!(r.capacity_sectors, (16 * MIB / 512) as u64);
@@ -241,7 +85,7 @@ fn write_read_flush_discard_zeroes() {
 #[test]
 fn bounds_errors_keep_the_connection() {
     let t = Target::start(&[]);
-    let mut c = t.connect("rw");
+    let mut c = t.connect_to("rw");
     let cap = c.reply().capacity_sectors;
     assert_eq!(read(&mut c, 1, cap, 4096).0, Status::OutOfRange);
     assert_eq!(read(&mut c, 2, cap - 4, 4096).0, Status::OutOfRange);
@@ -270,14 +114,14 @@ fn bounds_errors_keep_the_connection() {
     assert_eq!(write(&mut c, 12, 0, &data), Status::Ok);
     assert_eq!(read(&mut c, 13, 0, 4096).1, data);
     assert_eq!(t.counter("bound_violations"), 9);
-    assert_eq!(read_counter(&t.stats, "crc_failures"), 1);
-    assert_eq!(read_counter(&t.stats, "resets"), 0);
+    assert_eq!(t.counter_now("crc_failures"), 1);
+    assert_eq!(t.counter_now("resets"), 0);
 }
 
 #[test]
 fn read_only_export_and_unknown_export() {
     let t = Target::start(&[]);
-    let mut c = t.connect("ro");
+    let mut c = t.connect_to("ro");
     assert_ne!(
         c.reply().features & rdmadisk_proto::wire::features::READ_ONLY,
         0
@@ -304,8 +148,8 @@ fn read_only_export_and_unknown_export() {
 #[test]
 fn garbage_resets_only_that_connection() {
     let t = Target::start(&[]);
-    let mut bad = t.connect("rw");
-    let mut good = t.connect("rw");
+    let mut bad = t.connect_to("rw");
+    let mut good = t.connect_to("rw");
     let data = pattern(7, 4096);
     assert_eq!(write(&mut good, 1, 0, &data), Status::Ok);
     bad.send_raw(b"this is not a frame header, nor anything else")
@@ -315,7 +159,7 @@ fn garbage_resets_only_that_connection() {
         "garbage must reset that connection"
     );
     // A frame with a valid header but an unknown opcode also resets.
-    let mut bad2 = t.connect("rw");
+    let mut bad2 = t.connect_to("rw");
     let mut frame = rdmadisk_proto::wire::FrameHeader {
         kind: rdmadisk_proto::wire::FrameKind::Request,
         flags: 0,
@@ -331,7 +175,7 @@ fn garbage_resets_only_that_connection() {
     assert_eq!(write(&mut good, 3, 8, &data), Status::Ok);
     assert_eq!(t.counter("resets"), 2);
     // And new clients still connect.
-    let mut again = t.connect("rw");
+    let mut again = t.connect_to("rw");
     assert_eq!(read(&mut again, 4, 8, 4096).1, data);
 }
 
@@ -361,7 +205,7 @@ fn allow_list_refuses_other_addresses() {
 #[test]
 fn fault_injection_switches() {
     let t = Target::start(&["--corrupt-read-every", "2", "--fail-write-crc-every", "3"]);
-    let mut c = t.connect("rw");
+    let mut c = t.connect_to("rw");
     let data = pattern(5, 4096);
     let results: Vec<Status> = (0..3).map(|i| write(&mut c, i, 0, &data)).collect();
     assert_eq!(results, vec![Status::Ok, Status::Ok, Status::CrcMismatch]);
@@ -377,13 +221,13 @@ fn fault_injection_switches() {
     }
     assert_eq!(bad_crc, 2);
     assert_eq!(t.counter("injected_read_corruptions"), 2);
-    assert_eq!(read_counter(&t.stats, "injected_write_crc_failures"), 1);
+    assert_eq!(t.counter_now("injected_write_crc_failures"), 1);
 }
 
 #[test]
 fn sigterm_finishes_and_syncs() {
     let t = Target::start(&[]);
-    let mut c = t.connect("rw");
+    let mut c = t.connect_to("rw");
     let data = pattern(11, 65536);
     assert_eq!(write(&mut c, 1, 0, &data), Status::Ok);
     let (ok, lines) = t.stop();

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses its own part of this
 
 use std::io::{BufRead, BufReader, Read};
+use std::mem;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rdmadisk_net::client::{ConnectError, ConnectOptions, TcpClient};
+use rdmadisk_proto::crc32c::crc32c;
 use rdmadisk_proto::wire::{HelloStatus, Opcode, Status};
 
 pub const MIB: usize = 1 << 20;
@@ -36,11 +38,14 @@ fn forward(out: impl Read + Send + 'static, tx: mpsc::Sender<String>) {
 }
 
 impl Target {
-    /// Starts the target with a 16 MiB read-write export `rw`, TCP only on 127.0.0.1.
+    /// Starts the target with a 16 MiB read-write export `rw` and a 1 MiB read-only `ro`
+    /// (every byte 0x42), TCP only on 127.0.0.1.
     pub fn start(extra: &[&str]) -> Target {
         let dir = tempfile::tempdir().unwrap();
         let rw = dir.path().join("rw.img");
+        let ro = dir.path().join("ro.img");
         std::fs::write(&rw, vec![0u8; 16 * MIB]).unwrap();
+        std::fs::write(&ro, vec![0x42u8; MIB]).unwrap();
         let stats = dir.path().join("stats");
         let mut child = Command::new(env!("CARGO_BIN_EXE_rdmadisk-target"))
             .args([
@@ -54,6 +59,8 @@ impl Target {
             .arg(&stats)
             .arg("--export")
             .arg(format!("rw={}", rw.display()))
+            .arg("--export-ro")
+            .arg(format!("ro={}", ro.display()))
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -104,7 +111,11 @@ impl Target {
     }
 
     pub fn connect(&self) -> TcpClient {
-        self.connect_with(&ConnectOptions::new("rw"))
+        self.connect_to("rw")
+    }
+
+    pub fn connect_to(&self, export: &str) -> TcpClient {
+        self.connect_with(&ConnectOptions::new(export))
     }
 
     /// The status a Hello with `opts` is refused with (panics if it is accepted).
@@ -118,12 +129,7 @@ impl Target {
 
     pub fn counter(&self, name: &str) -> u64 {
         // The file is rewritten every second; poke with SIGUSR1 for a fresh copy.
-        let ok = Command::new("kill")
-            .arg("-USR1")
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        signal(&self.child, "USR1");
         std::thread::sleep(Duration::from_millis(300));
         read_counter(&self.stats, name)
     }
@@ -132,6 +138,26 @@ impl Target {
     pub fn counter_now(&self, name: &str) -> u64 {
         read_counter(&self.stats, name)
     }
+
+    /// SIGTERM, then the exit status and every line printed (the counters at exit included).
+    pub fn stop(mut self) -> (bool, Vec<String>) {
+        signal(&self.child, "TERM");
+        let status = self.child.wait().unwrap();
+        let mut lines = mem::take(&mut self.seen);
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            lines.push(l);
+        }
+        (status.success(), lines)
+    }
+}
+
+pub fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(ok.success());
 }
 
 impl Drop for Target {
@@ -169,11 +195,19 @@ pub fn write(c: &mut TcpClient, tag: u32, sector: u64, data: &[u8]) -> Status {
     resp.status
 }
 
+/// Reads `len` bytes at `sector`; a successful read must bring exactly that many, with the
+/// CRC the response states.
 pub fn read(c: &mut TcpClient, tag: u32, sector: u64, len: usize) -> (Status, Vec<u8>) {
     let req = TcpClient::request(Opcode::Read, tag, sector, len as u32, &[]);
-    let mut buf = vec![0u8; len];
+    let mut buf = vec![0u8; len.max(2 * MIB)];
     let (resp, n) = c.call(&req, &[], &mut buf).unwrap();
     assert_eq!(resp.tag, tag);
+    if resp.status == Status::Ok {
+        assert_eq!(n, len);
+        assert_eq!(crc32c(&buf[..n]), resp.data_crc, "read CRC");
+    } else {
+        assert_eq!(n, 0);
+    }
     buf.truncate(n);
     (resp.status, buf)
 }
