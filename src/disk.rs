@@ -21,12 +21,12 @@ use kernel::{
     prelude::*,
     str::CStr,
     sync::{Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLock},
-    time::{msecs_to_jiffies, Ktime},
+    time::msecs_to_jiffies,
     workqueue::{impl_has_work, Work, WorkItem},
 };
 
 use crate::faults::Faults;
-use crate::host::{ConnId, DiskInfo, DiskRq, Knobs, Pdu, QueueHost};
+use crate::host::{now_ms, ConnId, DiskInfo, DiskRq, Knobs, Pdu, QueueHost};
 use crate::kapi::blk_mq::{BlkStatus, Disk, Driver, HwQueue, RqRef, TimeoutAction};
 use crate::kapi::debugfs;
 use crate::kapi::random;
@@ -48,10 +48,6 @@ pub(crate) const DEFAULT_LOSS_TIMEOUT_S: u32 = 60;
 pub(crate) const DEFAULT_KEEPALIVE_MS: u32 = 10_000;
 /// `fast_io_fail_s` when off (the default).
 pub(crate) const FAST_IO_FAIL_OFF: u32 = u32::MAX;
-
-pub(crate) fn now_ms() -> i64 {
-    Ktime::ktime_get().to_ms()
-}
 
 /// Where a disk's connection stands.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -22,6 +22,10 @@ use crate::proto::wire::ExportName;
 use crate::rdma_conn::Peer;
 use crate::stats::Stats;
 
+/// Now, in ms of the monotonic clock (ktime): the clock of every timeout and outage.
+pub(crate) fn now_ms() -> i64 {
+    kernel::time::Ktime::ktime_get().to_ms()
+}
 /// Per-request driver data.
 pub(crate) struct Pdu {
     /// Reissues after a CRC mismatch so far.
@@ -97,9 +101,20 @@ impl DiskInfo {
     }
 
     /// Whether a connection may send one more request: the target granted a credit, and the
-    /// `max_credits` knob allows one more in flight.
-    pub(crate) fn credit_ok(&self, c: &CreditSender) -> bool {
-        c.available() > 0 && c.in_flight() < self.knobs.max_credits.load(Ordering::Relaxed)
+    /// `max_credits` knob allows one more in flight. A wait is counted; `starved_ms` keeps
+    /// since when requests have waited with no credit granted and none in flight (a target
+    /// that stopped granting: nothing would ever complete to bring one back, so the health
+    /// check fails such a connection).
+    pub(crate) fn credit_ok(&self, c: &CreditSender, starved_ms: &mut Option<i64>) -> bool {
+        if c.available() > 0 && c.in_flight() < self.knobs.max_credits.load(Ordering::Relaxed) {
+            *starved_ms = None;
+            return true;
+        }
+        Stats::inc(&self.stats.credit_waits);
+        if c.available() == 0 && c.in_flight() == 0 {
+            starved_ms.get_or_insert_with(now_ms);
+        }
+        false
     }
 }
 

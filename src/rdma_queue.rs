@@ -27,7 +27,7 @@ use core::{
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
 use crate::faults::Fault;
-use crate::host::{ConnId, DiskRq, Pdu, QueueHost};
+use crate::host::{now_ms, ConnId, DiskRq, Pdu, QueueHost};
 use crate::io::{self, Via};
 use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
@@ -165,10 +165,6 @@ struct Done {
     rq: DiskRq,
     op: Opcode,
     resp: Response,
-}
-
-pub(crate) fn now_ms() -> i64 {
-    kernel::time::Ktime::ktime_get().to_ms()
 }
 
 impl RdmaQueue {
@@ -309,14 +305,9 @@ impl RdmaQueue {
         if self.is_failed() || g.conn.is_none() {
             return Err((rq, BlkStatus::Resource));
         }
-        if !info.credit_ok(&g.send_credits) {
-            Stats::inc(&self.stats().credit_waits);
-            if g.send_credits.available() == 0 && g.send_credits.in_flight() == 0 {
-                g.starved_ms.get_or_insert_with(now_ms);
-            }
+        if !info.credit_ok(&g.send_credits, &mut g.starved_ms) {
             return Err((rq, BlkStatus::Resource));
         }
-        g.starved_ms = None;
         let Some(msg) = g
             .slots
             .get_mut(usize::from(slot))

@@ -27,6 +27,7 @@ use kernel::{
 };
 
 use crate::faults::Fault;
+use crate::host::now_ms;
 use crate::host::{ConnId, DiskRq, QueueHost};
 use crate::io::{self, Via};
 use crate::kapi::blk_mq::BlkStatus;
@@ -41,7 +42,7 @@ use crate::proto::wire::{
     Status, FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::errno;
-use crate::rdma_queue::{now_ms, QUEUE_DEPTH};
+use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
 
 type Socket = TcpSocket<TcpQueue>;
@@ -355,14 +356,9 @@ impl TcpQueue {
         if self.is_failed() || g.sock.is_none() {
             return Err((rq, BlkStatus::Resource));
         }
-        if !info.credit_ok(&g.credits) {
-            Stats::inc(&self.stats().credit_waits);
-            if g.credits.available() == 0 && g.credits.in_flight() == 0 {
-                g.starved_ms.get_or_insert_with(now_ms);
-            }
+        if !info.credit_ok(&g.credits, &mut g.starved_ms) {
             return Err((rq, BlkStatus::Resource));
         }
-        g.starved_ms = None;
         if !matches!(g.slots.get(usize::from(slot)), Some(Slot::Free)) {
             return Err((rq, BlkStatus::Resource));
         }

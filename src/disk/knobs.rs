@@ -179,7 +179,10 @@ impl DiskDev {
                 return Err(EINVAL);
             }
         };
-        let _ = self.policy.lock().set_mode(mode, super::now_ms() as u64);
+        let _ = self
+            .policy
+            .lock()
+            .set_mode(mode, crate::host::now_ms() as u64);
         self.kick();
         Ok(())
     }

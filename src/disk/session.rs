@@ -29,9 +29,9 @@
 
 use kernel::{prelude::*, sync::Arc};
 
-use super::{now_ms, Attached, DiskDev, State, FAST_IO_FAIL_OFF};
+use super::{Attached, DiskDev, State, FAST_IO_FAIL_OFF};
 use crate::faults::Fault;
-use crate::host::{transport_name, ConnId, QueueHost};
+use crate::host::{now_ms, transport_name, ConnId, QueueHost};
 use crate::kapi::work::NoIo;
 use crate::probe;
 use crate::proto::policy::{Action, Policy, State as PState, Transport};
