@@ -112,9 +112,11 @@ for t in "${tests[@]}"; do
   if [ -n "$gone" ]; then echo "# stopping: the ${gone}VM is gone"; break; fi
 done
 
-tb_shutdown
 # The kernel logs: what each VM's agent streamed (dmesg -w, readable even when a command
 # wedged the agent) and the log read at the end after a kmemleak scan.
+for role in compute storage; do
+  kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null && tb_collect_dmesg "$role"
+done
 for role in compute storage; do
   rc=$(cat "$TB_DIR/$role.dmesg.rc" 2>/dev/null)
   if [ "$rc" != 0 ] || [ ! -s "$TB_DIR/$role.dmesg" ]; then
@@ -130,6 +132,24 @@ for role in compute storage; do
     *) tap not-ok "$role: kernel log unreadable (${role}.kmsg or ${role}.dmesg)" ;;
   esac
 done
+
+# The splat detector's own test (TB_SPLAT_SELFTEST=1, as make check runs it), after the
+# verdicts above: a module that hits WARN_ON is loaded in the compute VM, and the detector must
+# find that WARN in the log read the same way.
+if [ -n "${TB_SPLAT_SELFTEST:-}" ]; then
+  ko=$TB_REPO/selftests/harness/warn/rdmadisk_warn_test.ko
+  before=$(wc -l <"$TB_DIR/compute.dmesg" 2>/dev/null) || before=0
+  if on compute "insmod $ko && rmmod rdmadisk_warn_test" >/dev/null 2>&1 &&
+    on compute dmesg 2>&1 | tail -n +"$((before + 1))" >"$TB_DIR/compute.dmesg.warn"; then
+    hits=$(tb_splats "$TB_DIR/compute.dmesg.warn")
+    st=$?
+    [ $st = 1 ] && grep -q 'rdmadisk_warn_test' <<<"$hits"
+    tap "$([ $? = 0 ] && echo ok || echo not-ok)" "splat detector self-test: a WARN_ON from a test module in the compute VM is found ($(head -n 1 <<<"$hits"))"
+  else
+    tap not-ok "splat detector self-test: could not load the WARN_ON module in the compute VM"
+  fi
+fi
+tb_shutdown
 
 echo "1..$n"
 echo "# total $((SECONDS - t_start))s; VM state in $TB_DIR"

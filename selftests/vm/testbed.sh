@@ -109,7 +109,7 @@ tb_shutdown() {
   for role in compute storage; do
     [ -e "$TB_DIR/$role.pid" ] || continue
     kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null || continue
-    tb_collect_dmesg "$role"
+    [ -e "$TB_DIR/$role.dmesg.rc" ] || tb_collect_dmesg "$role"
     touch "$TB_DIR/cmd.$role/STOP"
   done
   for role in compute storage; do
