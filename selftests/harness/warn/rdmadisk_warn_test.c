@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Test-harness module, never shipped: hits a WARN_ON at load so the selftest runner's splat
- * detector can be shown to fail a run.
+ * detector can be shown to find it (run.sh, TB_SPLAT_SELFTEST=1).
  */
 #include <linux/module.h>
 #include <linux/bug.h>
