@@ -1,6 +1,6 @@
 # The module's first RDMA conversation: /sys/class/rdmadisk/ctl/probe connects to the userspace
 # target with a Hello, logs the HelloReply, sends one NOP and waits for its response, then tears
-# everything down. Also: bad input is EINVAL with a log line naming the key, refusals and
+# everything down. Also (bad input is 79-bad-input.sh's corpus): refusals and
 # unreachable targets fail within the probe's 10 s budget, and the module unloads cleanly.
 
 UT=$TB_REPO/userspace-tools
@@ -58,20 +58,7 @@ conns=$(sed -n 's/^rdma_connections=//p' "$STATS")
 res $? "target counted one RDMA connection and one NOP (rdma_connections=$conns nops=$nops)"
 grep -q "rdma disconnect\|disconnected\|closed" "$LOG" && echo "  target log: $(grep -m1 -i 'disconnect\|closed' "$LOG")"
 
-# 2. Bad input: EINVAL and a dmesg line naming the key.
-bad() { # bad OPTIONS EXPECTED-DMESG DESCRIPTION
-  local out
-  out=$(on compute "$(probe_cmd "$1")" 2>&1)
-  grep -q '^rc=1 .*Invalid argument' <<<"$out" && grep -qF "rdmadisk: probe: $2" <<<"$out"
-  res $? "$3"
-  grep -q '^rc=1 .*Invalid argument' <<<"$out" || printf '%s\n' "$out" | sed 's/^/  /'
-}
-bad "addr=$S colour=blue export=disk0" "unknown key 'colour'" "unknown key: EINVAL, dmesg names 'colour'"
-bad "addr=$S port=0 export=disk0" "bad value for key 'port'" "bad port: EINVAL, dmesg names 'port'"
-bad "addr=$S port=7700 port=7700 export=disk0" "duplicate key 'port'" "duplicate key: EINVAL, dmesg names 'port'"
-bad "addr=$S port=7700" "missing key 'export'" "missing export: EINVAL, dmesg names 'export'"
-bad "addr=192.0.2 export=disk0" "bad value for key 'addr'" "malformed address: EINVAL, dmesg names 'addr'"
-bad "addr=$S export=disk0 queues=2" "unknown key 'queues'" "a map_device key probe does not take: EINVAL, dmesg names 'queues'"
+# 2. Bad input is tests/79-bad-input.sh's corpus.
 
 # 3. Refusals: an unknown export (the target rejects with its HelloReply), no listener.
 out=$(on compute "$(probe_cmd "addr=$S port=7700 export=nosuch")" 2>&1)
