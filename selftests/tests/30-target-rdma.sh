@@ -2,7 +2,7 @@
 # allow-list and graceful shutdown. The storage VM runs rdmadisk-target on a brd RAM disk (a
 # tmpfs file where brd is missing); the compute VM runs rdmadisk-testclient.
 #
-# Acceptance: mixed 4 KiB..1 MiB reads and writes with data verified (300 in make check, to keep
+# Acceptance: mixed 4 KiB..1 MiB reads and writes with data verified (150 in make check, to keep
 # it inside its time budget; RDT30_COUNT=1000 runs the original 1000); the target's counters
 # show every write pulled by RDMA Read and every read pushed by RDMA Write; every response
 # arrives with the invalidate flag and the request's rkey; the client never exceeds its credits.
@@ -16,7 +16,7 @@ S=$TB_STORAGE_ADDR
 STATS=$TB_DIR/target30.stats
 LOG=$TB_DIR/target30.log
 PIDF=$TB_DIR/target30.pid
-COUNT=${RDT30_COUNT:-300}
+COUNT=${RDT30_COUNT:-150}
 
 res() { # res STATUS DESCRIPTION
   if [ "$1" = 0 ]; then echo "ok - $2"; else echo "not ok - $2"; fi
