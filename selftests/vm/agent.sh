@@ -28,14 +28,24 @@ echo "agent $role: $nic $addr, rdma: $(rdma link show 2>&1 | tr '\n' ' ')"
 setsid dmesg -w >"$dir/$role.kmsg" 2>&1 </dev/null &
 touch "$dir/$role.ready"
 
+# Each command is sourced in a subshell: a fork of this shell, where `bash FILE` was a fork and
+# an exec (about a second more per command under TCG with the debug kernel). The subshell
+# drops this script's `set -u` and its loop variables (prefixed _a_) first. A command is taken
+# once (_a_seen), and its status written in one write: the host waits for a non-empty .rc.
+declare -A _a_seen=()
 while [ ! -e "$q/STOP" ]; do
-  for f in "$q"/*.sh; do
-    [ -e "$f" ] || continue
-    n=${f%.sh}
-    mv "$f" "$n.run"
-    ( cd "$dir" && exec bash "$n.run" ) >"$n.out" 2>&1 </dev/null
-    echo $? >"$n.rc.tmp"
-    mv "$n.rc.tmp" "$n.rc"
+  for _a_f in "$q"/*.sh; do
+    [ -e "$_a_f" ] && [ -z "${_a_seen[$_a_f]:-}" ] || continue
+    _a_seen[$_a_f]=1
+    _a_n=${_a_f%.sh}
+    (
+      set +u
+      _a_cmd=$_a_f
+      unset _a_f _a_seen
+      cd "$dir" || exit
+      . "$_a_cmd"
+    ) >"$_a_n.out" 2>&1 </dev/null
+    echo $? >"$_a_n.rc"
   done
   sleep 0.2
 done

@@ -70,7 +70,7 @@ on() {
   id=$(date +%s%N)-$$-$RANDOM
   printf '%s\n' "$*" >"$q/$id.tmp" && mv "$q/$id.tmp" "$q/$id.sh"
   local t0=$SECONDS
-  while [ ! -e "$q/$id.rc" ]; do
+  while [ ! -s "$q/$id.rc" ]; do
     if (( SECONDS - t0 > TB_CMD_TIMEOUT )); then
       tb_log "timeout after ${TB_CMD_TIMEOUT}s on $role: $*"; cat "$q/$id.out" 2>/dev/null; return 124
     fi
