@@ -38,7 +38,9 @@ touch "$dir/$role.ready"
 declare -A _a_seen=()
 while [ ! -e "$q/STOP" ]; do
   for _a_f in "$q"/*.sh; do
-    [ -e "$_a_f" ] && [ -z "${_a_seen[$_a_f]:-}" ] || continue
+    # The seen-check first: it is in memory, while -e is a round trip to the host (9p), and
+    # the directory holds every command of the run.
+    [ -z "${_a_seen[$_a_f]:-}" ] && [ -e "$_a_f" ] || continue
     _a_seen[$_a_f]=1
     _a_n=${_a_f%.sh}
     (
