@@ -105,9 +105,12 @@ for t in "${tests[@]}"; do
     kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null && continue
     gone+="$role "
     tap not-ok "$role VM still up after $name"
-    grep -n -m1 -E "$TB_SPLAT_RE" "$TB_DIR/$role.console" | cut -d: -f1 | while read -r l; do
-      tail -n +"$((l > 20 ? l - 20 : 1))" "$TB_DIR/$role.console" | head -n 80 | sed 's/^/#   console: /'
-    done
+    l=$(grep -n -m1 -E "$TB_SPLAT_RE" "$TB_DIR/$role.console" | cut -d: -f1)
+    if [ -n "$l" ]; then
+      tail -n +"$((l > 20 ? l - 20 : 1))" "$TB_DIR/$role.console" | head -n 80
+    else
+      tail -n 40 "$TB_DIR/$role.console"
+    fi | sed 's/^/#   console: /'
   done
   if [ -n "$gone" ]; then echo "# stopping: the ${gone}VM is gone"; break; fi
 done
