@@ -598,6 +598,10 @@ impl RdmaQueue {
         }
         let registered = io.registered;
         io.resp = Some(resp);
+        // Answered: the target holds it no longer, though its Send completion and the key's
+        // invalidation may still be to come. `max_credits` and the in-flight count are about
+        // what the target holds.
+        g.send_credits.complete();
         if registered {
             let Some(conn) = g.conn.as_mut() else {
                 return;
@@ -695,14 +699,13 @@ impl RdmaQueue {
         self.complete(done);
     }
 
-    /// Takes `slot`'s exchange out if it is over, with its credit.
+    /// Takes `slot`'s exchange out if it is over.
     fn take_done(g: &mut Inner, slot: u16) -> Option<Done> {
         let s = g.slots.get_mut(usize::from(slot))?;
         if !s.io.as_ref().is_some_and(Inflight::is_done) {
             return None;
         }
         let io = s.io.take()?;
-        g.send_credits.complete();
         Some(Done {
             rq: io.rq?,
             op: io.op,
