@@ -19,7 +19,7 @@ PIDF=$TB_DIR/target30.pid
 COUNT=${RDT30_COUNT:-150}
 
 res() { # res STATUS DESCRIPTION
-  if [ "$1" = 0 ]; then echo "ok - $2"; else echo "not ok - $2"; fi
+  if [ "$1" = 0 ]; then echo "ok - $2 [${SECONDS}s]"; else echo "not ok - $2 [${SECONDS}s]"; fi
 }
 stat_of() { sed -n "s/^$1=//p" "$STATS"; }
 n_pos() { [[ ${1:-} =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; }

@@ -14,7 +14,7 @@ STATS=$TB_DIR/target50.stats
 PIDF=$TB_DIR/target50.pid
 
 res() { # res STATUS DESCRIPTION
-  if [ "$1" = 0 ]; then echo "ok - $2"; else echo "not ok - $2"; fi
+  if [ "$1" = 0 ]; then echo "ok - $2 [${SECONDS}s]"; else echo "not ok - $2 [${SECONDS}s]"; fi
 }
 # probe_cmd OPTIONS: a compute-side snippet that writes OPTIONS to the probe file and prints
 # "rc=N secs=N" and the write's error text; dmesg lines it caused follow "--- dmesg".

@@ -48,8 +48,12 @@ tr_rounds_stop r 300
 res $? "reconnect + teardown: every fio round verified with no error: $FIO_SUM"
 
 # unmap-io: normal unmap during I/O is EBUSY; force fails the I/O and removes the disk.
+# fio must have the disk open before the unmap: under TCG it takes seconds to start, and a
+# normal unmap of an idle disk succeeds. Its first I/Os show that it has.
+ios0=$(tr_stat "$dev" rdma_ios tcp_ios | awk '{ print $1 + $2 }')
 dk_fio_bg busy "--name=busy --filename=/dev/$dev --rw=randwrite --bs=4k --size=4M --iodepth=4 --time_based --runtime=300"
-sleep 3
+tr_wait busy "$dev" 60 any ios "$((ios0 + 20))" >/dev/null
+res $? "unmap-io: fio is writing to the disk ($TR_WAIT)"
 out=$(dk_unmap "$dev" normal 2>&1); rc=$?
 [ $rc != 0 ] && grep -q 'busy' <<<"$out"
 res $? "unmap-io: a normal unmap of a disk in use is refused (EBUSY: $out)"

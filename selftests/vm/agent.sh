@@ -6,7 +6,9 @@ set -u
 role=$1 addr=$2 dir=$3
 q=$dir/cmd.$role
 exec >>"$dir/$role.agent.log" 2>&1
-echo "agent $role: kernel $(uname -r), $(nproc) cpu"
+# The runner's tools first: the test bed's static fio.
+export PATH=$dir/bin:$PATH
+echo "agent $role: kernel $(uname -r), $(nproc) cpu, $(fio --version)"
 
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 # kmemleak scans all memory every 10 minutes by itself, which under TCG costs a vCPU for tens

@@ -27,9 +27,12 @@ tb_free_port() {
 }
 
 tb_boot() {
-  local kdir; kdir=$(tb_kernel) || return 1
+  local kdir fio; kdir=$(tb_kernel) || return 1
+  fio=$("$TB_REPO/selftests/host/build-fio.sh") || { tb_log "cannot build the test bed's fio"; return 1; }
   export TB_DIR=${TB_DIR:-$TB_REPO/selftests/out/tb.$$}
-  rm -rf "$TB_DIR"; mkdir -p "$TB_DIR/cmd.compute" "$TB_DIR/cmd.storage"
+  rm -rf "$TB_DIR"; mkdir -p "$TB_DIR/cmd.compute" "$TB_DIR/cmd.storage" "$TB_DIR/bin"
+  # The VMs put $TB_DIR/bin first in PATH (agent.sh): the static fio (build-fio.sh says why).
+  ln -s "$fio" "$TB_DIR/bin/fio"
   local pc ps; pc=$(tb_free_port); ps=$(tb_free_port)
   tb_log "booting compute ($TB_COMPUTE_ADDR, udp $pc) and storage ($TB_STORAGE_ADDR, udp $ps) under TCG; state in $TB_DIR"
   _tb_vm compute "$TB_COMPUTE_ADDR" 2 1536M "$pc" "$ps" 52:54:00:d1:5c:01 "$kdir"

@@ -27,8 +27,8 @@ DK_TS=   # last target counters snapshot (dk_tsnap)
 DK_CS=   # last client counters snapshot (dk_csnap)
 DK_MOUNTS=   # mount points dk_cleanup unmounts
 
-res() { # res STATUS DESCRIPTION: one TAP line; returns STATUS
-  if [ "$1" = 0 ]; then echo "ok - $2"; else echo "not ok - $2"; fi
+res() { # res STATUS DESCRIPTION: one TAP line, ending in the seconds since the test began; returns STATUS
+  if [ "$1" = 0 ]; then echo "ok - $2 [${SECONDS}s]"; else echo "not ok - $2 [${SECONDS}s]"; fi
   return "$1"
 }
 indent() { sed "s/^/  ${1:-}/"; }
