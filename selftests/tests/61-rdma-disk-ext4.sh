@@ -11,10 +11,10 @@ MNT=/mnt/rdmadisk61
 SUMS=$TB_DIR/$DK_ID.sha256
 DK_MOUNTS=$MNT
 
-back=$(dk_backing vol0 64M)
+back=$(dk_backing vol0 32M)
 dk_target_start --export "vol0=$back" >/dev/null &&
   dk_load && dk_map_disk d61 vol0
-if ! res $? "target with a 64 MiB export; insmod; map name=d61: /dev/${DK_DEV:-?} is live"; then
+if ! res $? "target with a 32 MiB export; insmod; map name=d61: /dev/${DK_DEV:-?} is live"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV
