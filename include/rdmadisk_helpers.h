@@ -29,7 +29,8 @@ void rdmadisk_read_lock_bh(rwlock_t *lock);
 void rdmadisk_read_unlock_bh(rwlock_t *lock);
 void rdmadisk_write_lock_bh(rwlock_t *lock);
 void rdmadisk_write_unlock_bh(rwlock_t *lock);
-/* The other half of sk_set_memalloc()'s count, for a socket already released. */
+/* sk_memalloc_socks()'s count: held by the module, and the other half of sk_set_memalloc()'s. */
+void rdmadisk_memalloc_socks_inc(void);
 void rdmadisk_memalloc_socks_dec(void);
 
 const char *rdmadisk_ib_device_name(const struct ib_device *ibdev);

@@ -177,6 +177,11 @@ void rdmadisk_write_unlock_bh(rwlock_t *lock)
 	write_unlock_bh(lock);
 }
 
+void rdmadisk_memalloc_socks_inc(void)
+{
+	static_branch_inc(&memalloc_socks_key);
+}
+
 void rdmadisk_memalloc_socks_dec(void)
 {
 	static_branch_dec(&memalloc_socks_key);

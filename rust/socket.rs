@@ -267,6 +267,32 @@ impl<T: SockEvents> TcpSocket<T> {
     }
 }
 
+/// A hold on `sk_memalloc_socks()` for as long as it lives (the module keeps one).
+///
+/// `sk_set_memalloc` and the count's release in [`TcpSocket`]'s drop move a static key: at
+/// zero, each one patches kernel text on every CPU. A disk's connections come and go many times
+/// a second when a target misbehaves, and patching that often brought down a test VM (an int3
+/// left in the receive path, `Oops: int3` in `netif_receive_skb_list_internal`). With this hold
+/// the count never falls to zero while the module is loaded, so the key flips only at load and
+/// unload. The cost is the pfmemalloc check in the receive path meanwhile, as with any
+/// connected nbd or iSCSI disk.
+pub(crate) struct MemallocSocksHold(());
+
+impl MemallocSocksHold {
+    pub(crate) fn new() -> Self {
+        // SAFETY: Takes one count of the key; `drop` gives it back, once.
+        unsafe { b::rdmadisk_memalloc_socks_inc() };
+        Self(())
+    }
+}
+
+impl Drop for MemallocSocksHold {
+    fn drop(&mut self) {
+        // SAFETY: Gives back the count `new` took.
+        unsafe { b::rdmadisk_memalloc_socks_dec() };
+    }
+}
+
 impl<T: SockEvents> Drop for TcpSocket<T> {
     fn drop(&mut self) {
         self.shutdown();
@@ -276,8 +302,8 @@ impl<T: SockEvents> Drop for TcpSocket<T> {
         // when `sock_release` processes that backlog (nbd and iscsi_tcp never clear it).
         // SAFETY: We own the socket and nothing else refers to it any more.
         unsafe { b::sock_release(self.sock.as_ptr()) };
-        // SAFETY: Balances the `sk_set_memalloc` of `connect`, once the socket is released:
-        // with the count at zero, a late backlog skb takes the ordinary receive path.
+        // SAFETY: Balances the `sk_set_memalloc` of `connect`, once the socket is released.
+        // The module's `MemallocSocksHold` keeps the count above zero, so this moves no key.
         unsafe { b::rdmadisk_memalloc_socks_dec() };
     }
 }

@@ -30,7 +30,7 @@ mod rdma_queue;
 mod stats;
 mod tcp_queue;
 
-use kapi::{ib_client, sysfs};
+use kapi::{ib_client, socket, sysfs};
 
 /// The driver's version, shown with the wire protocol version in `/sys/class/rdmadisk/ctl/version`.
 pub(crate) const VERSION: &str = "0.1.0";
@@ -51,10 +51,13 @@ struct RdmaDisk {
     disks: Arc<map::DiskTable>,
     _ib: Pin<KBox<ib_client::Registration<rdma_devices::RdmaDevices>>>,
     _class: sysfs::Class,
+    // Last, so that it outlives every socket (see `MemallocSocksHold`).
+    _memalloc: socket::MemallocSocksHold,
 }
 
 impl kernel::Module for RdmaDisk {
     fn init(_module: &'static ThisModule) -> Result<Self> {
+        let memalloc = socket::MemallocSocksHold::new();
         let disks = map::DiskTable::new()?;
         let ctl = Arc::pin_init(ctl::Ctl::new(disks.clone()), GFP_KERNEL)?;
         let devices = rdma_devices::RdmaDevices::new(ctl.clone(), disks.clone());
@@ -68,6 +71,7 @@ impl kernel::Module for RdmaDisk {
             disks,
             _ib: ib,
             _class: class,
+            _memalloc: memalloc,
         })
     }
 }
