@@ -88,8 +88,8 @@ res $? "no CRC error, retry, I/O error or timeout on either side, no reset by th
 # completion of its own, the first sign being a flushed Send; the queue resets, requeues and
 # reconnects in half a second. Only that reason is let through, and it is reported; any other
 # reset, or one the driver does not log, fails.
-resets=$(on compute "dmesg | grep -c 'd60: queue [0-9]* (RDMA, set [0-9]*): .*resetting the connection'")
-flushed=$(on compute "dmesg | grep -c 'd60: queue [0-9]* (RDMA, set [0-9]*): a Send failed or was flushed; resetting the connection'")
+read -r resets flushed <<<"$(on compute "dmesg | grep 'd60: queue [0-9]* (RDMA, set [0-9]*): .*resetting the connection' |
+  awk '{ n++ } /: a Send failed or was flushed; resetting/ { f++ } END { print n + 0, f + 0 }'")"
 ok=1
 if n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0; then
   ok=0
