@@ -1,6 +1,7 @@
 # The soak (lib/soak.sh): verified fio on one disk and ext4 with a sha256 manifest of fsynced
-# files on another, while each kind of fault is injected SOAK_N times (default 1 here, and two
-# of the kinds, see below; `make soak N=100` runs the full one): rdma link delete/add, link down/up, 1% loss with 5 ms delay,
+# files on another, for SOAK_N cycles (1 here, and two of the kinds, see below; `make soak N=100`
+# runs the full one, NIC servicing every cycle and each other kind every SOAK_EVERY-th, see
+# lib/soak.sh): rdma link delete/add, link down/up, 1% loss with 5 ms delay,
 # target kill -9 and restart, target SIGSTOP past the I/O timeout, corrupted payloads,
 # transport flips, and a failback that fails (the target refuses RDMA while TCP works).
 # With SOAK_DEATHS=1 (make soak) a permanent target death, killed and frozen, follows.
