@@ -52,9 +52,11 @@ fi
 #    rdma_ios + tcp_ios every 0.2 s; the longest stretch without a completion is the stall.
 smp=$TB_DIR/$DK_ID.sampler
 cat >"$smp.sh" <<EOF
+$TR_VM_DEFS
 while :; do
-  echo "\$(date +%s%N) \$(awk -F= '\$1 == "rdma_ios" || \$1 == "tcp_ios" { s += \$2 } END { print s + 0 }' /sys/block/$dev/rdmadisk/stats)"
-  sleep 0.2
+  now_us; ios_sum /sys/block/$dev/rdmadisk/stats
+  echo "\${us}000 \$S"
+  pause 0.2
 done
 EOF
 on compute "rm -f $smp.log; setsid bash $smp.sh >$smp.log 2>&1 </dev/null & echo \$! >$smp.pid"

@@ -39,12 +39,13 @@ tr_set "$dev" transport=auto
 res $? "marker created; transport=auto: the disk probes RDMA, whose failbacks are refused"
 
 # Sample the disk for WATCH seconds in the VM.
-out=$(dk_timed watch $((WATCH + 60)) "
-a=/sys/block/$dev/rdmadisk; bad=0; n=0; end=\$((\$(date +%s) + $WATCH))
-while [ \$(date +%s) -lt \$end ]; do
-  s=\$(cat \$a/state); t=\$(cat \$a/active_transport); n=\$((n + 1))
-  [ \"\$s\" = live ] && [ \"\$t\" = tcp ] || { bad=\$((bad + 1)); echo \"  sample: state=\$s active=\$t session=\$(cat \$a/session)\"; }
-  sleep 0.5
+# Builtins only (TR_VM_DEFS), so the samples come every 0.5 s, not every few seconds.
+out=$(dk_timed watch $((WATCH + 60)) "$TR_VM_DEFS
+a=/sys/block/$dev/rdmadisk; bad=0; n=0; end=\$((EPOCHSECONDS + $WATCH))
+while [ \$EPOCHSECONDS -lt \$end ]; do
+  s=; t=; read -r s <\$a/state; read -r t <\$a/active_transport; n=\$((n + 1))
+  [ \"\$s\" = live ] && [ \"\$t\" = tcp ] || { bad=\$((bad + 1)); read -r ses <\$a/session; echo \"  sample: state=\$s active=\$t session=\$ses\"; }
+  pause 0.5
 done
 echo \"SAMPLES n=\$n bad=\$bad\"")
 grep '^  sample' <<<"$out" | head -n 10

@@ -30,7 +30,7 @@ tb_boot() {
   local kdir fio; kdir=$(tb_kernel) || return 1
   fio=$("$TB_REPO/selftests/host/build-fio.sh") || { tb_log "cannot build the test bed's fio"; return 1; }
   export TB_DIR=${TB_DIR:-$TB_REPO/selftests/out/tb.$$}
-  rm -rf "$TB_DIR"; mkdir -p "$TB_DIR/cmd.compute" "$TB_DIR/cmd.storage" "$TB_DIR/bin"
+  rm -rf "$TB_DIR"; mkdir -p "$TB_DIR/cmd.compute" "$TB_DIR/cmd.storage" "$TB_DIR/cmd.compute.done" "$TB_DIR/cmd.storage.done" "$TB_DIR/bin"
   # The VMs put $TB_DIR/bin first in PATH (agent.sh): the static fio (build-fio.sh says why).
   ln -s "$fio" "$TB_DIR/bin/fio"
   local pc ps; pc=$(tb_free_port); ps=$(tb_free_port)
@@ -82,8 +82,12 @@ on() {
     fi
     sleep 0.2
   done
+  local rc; rc=$(<"$q/$id.rc")
   cat "$q/$id.out"
-  return "$(cat "$q/$id.rc")"
+  # A finished command leaves the queue: the agent lists that directory over 9p every 0.1 s,
+  # and a run issues thousands of commands.
+  mv -f "$q/$id.sh" "$q/$id.out" "$q/$id.rc" "$q.done/" 2>/dev/null
+  return "$rc"
 }
 
 # Link state of both ends, through each VM's qemu monitor.

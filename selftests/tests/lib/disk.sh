@@ -161,7 +161,7 @@ dk_timed() {
   rm -f "$b.rc" "$b.rc.tmp" "$b.out" "$b.pid"
   printf '%s\n' "$3" >"$b.sh"
   on compute "setsid bash -c 'bash $b.sh >$b.out 2>&1; echo \$? >$b.rc.tmp; mv $b.rc.tmp $b.rc' </dev/null >/dev/null 2>&1 & echo \$! >$b.pid"
-  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 0.5; done
+  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 0.2; done
   cat "$b.out" 2>/dev/null
   rc=$(cat "$b.rc" 2>/dev/null)
   if [ -z "$rc" ]; then

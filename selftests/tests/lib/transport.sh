@@ -40,18 +40,38 @@ tr_stat() {
 # rdma_ios + tcp_ios), for at most SECONDS. It prints
 # a progress line every 5 s, then "WAIT ok|timeout ms=N active=A session=S KEY=V" where ms is
 # the time from the snippet's start, or from \$T0 (date +%s%N) if an earlier snippet set it.
+# The loop starts no program: under TCG with the debug kernel a fork and exec costs the VM
+# 0.2-1 s, so a loop of cat, awk, date and sleep polled every few seconds, not every 0.2, and
+# took CPU from the code under test. The pause reads the agent's FIFO, which nobody writes.
+# TR_VM_DEFS: compute-side shell functions that start no program (see tr_wait_cmd): pause SECS;
+# now_us (sets us, microseconds); ios_sum FILE (sets S, rdma_ios + tcp_ios of a stats file).
+# shellcheck disable=SC2016 # expanded in the VM
+TR_VM_DEFS='if [ -p /run/agent-tick ] && exec 8<>/run/agent-tick; then pause() { read -rt "$1" -u 8 _; }; else pause() { sleep "$1"; }; fi
+now_us() { us=${EPOCHREALTIME/[.,]/}; }
+ios_sum() { S=0; while IFS== read -r k x; do case $k in rdma_ios|tcp_ios) S=$((S + x)) ;; esac; done 2>/dev/null <"$1"; }'
+
 tr_wait_cmd() {
   local a=/sys/block/$1/rdmadisk
   printf '%s' "
-t0=\${T0:-\$(date +%s%N)}; last=0; r=timeout
+$TR_VM_DEFS
+"
+  printf '%s' "
+now_us; t0=\$((\${T0:-\$((us * 1000))} / 1000)); last=0; r=timeout
 while :; do
-  act=\$(cat $a/active_transport 2>/dev/null); ses=\$(cat $a/session 2>/dev/null)
-  v=; [ -n '${4:-}' ] && v=\$(awk -F= -v k='${4:-none}' '\$1 == k || (k == \"ios\" && (\$1 == \"rdma_ios\" || \$1 == \"tcp_ios\")) { s += \$2; n++ } END { if (n) print s }' $a/stats)
-  ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))
+  act=; ses=; read -r act 2>/dev/null <$a/active_transport; read -r ses 2>/dev/null <$a/session
+  v=
+  if [ -n '${4:-}' ]; then
+    s=0; n=0
+    while IFS== read -r k x; do
+      if [ \"\$k\" = '${4:-none}' ] || { [ '${4:-none}' = ios ] && { [ \"\$k\" = rdma_ios ] || [ \"\$k\" = tcp_ios ]; }; }; then s=\$((s + x)); n=\$((n + 1)); fi
+    done 2>/dev/null <$a/stats
+    [ \$n -gt 0 ] && v=\$s
+  fi
+  now_us; ms=\$(( (us - t0) / 1000 ))
   if { [ \"\$act\" = '$3' ] || { [ '$3' = any ] && [ \"\$act\" != none ] && [ -n \"\$act\" ]; }; } && { [ -z '${4:-}' ] || [ \"\${v:-0}\" -gt '${5:-0}' ]; }; then r=ok; break; fi
   [ \$ms -ge $(($2 * 1000)) ] && break
   if [ \$((ms / 5000)) -gt \$last ]; then last=\$((ms / 5000)); echo \"  ... \${ms} ms: active_transport=\$act session=\$ses${4:+ $4=\$v}\"; fi
-  sleep 0.2
+  pause 0.2
 done
 echo \"WAIT \$r ms=\$ms active=\$act session=\$ses${4:+ $4=\$v}\""
 }
