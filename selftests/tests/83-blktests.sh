@@ -29,9 +29,15 @@ F=/sys/kernel/debug/rdmadisk/$dev
 # reconnect: three forced QP errors under verified fio rounds.
 tr_rounds_start r "$(tr_fio_args r83)"
 r0=$(tr_stat "$dev" reconnects)
+# The injection stays armed until the disk counts the reconnect (at most 30 s): a fixed
+# window can fall between two fio rounds, when no request reaches the QP.
 for i in 1 2 3; do
   sleep 3
-  on compute "echo 1 >$F/qp_error_every; sleep 0.5; echo 0 >$F/qp_error_every" >/dev/null
+  on compute "$TR_VM_DEFS
+stat_of /sys/block/$dev/rdmadisk/stats reconnects; b=\${V:-0}; n=0
+echo 1 >$F/qp_error_every
+while [ \$n -lt 300 ]; do stat_of /sys/block/$dev/rdmadisk/stats reconnects; [ \"\${V:-0}\" -gt \$b ] && break; n=\$((n + 1)); pause 0.1; done
+echo 0 >$F/qp_error_every" >/dev/null
   tr_wait rc$i "$dev" 60 rdma reconnects "$((r0 + i - 1))" >/dev/null
 done
 r1=$(tr_stat "$dev" reconnects)

@@ -22,6 +22,12 @@ soak_uptime() { on compute "cut -d' ' -f1 /proc/uptime"; }
 soak_setup() {
   local back fsback
   on storage "mkdir -p /run/rdmadisk-tests; rm -f $SOAK_MARK" >/dev/null
+  # netem sits on both NICs for the whole soak, unimpaired but for the netem episodes, which
+  # only change its settings. Adding or deleting a root qdisc drops the packets sent while it is
+  # swapped in, and soft-RoCE turns such a local drop into a QP error (rxe_xmit_packet); when
+  # that hit the compute VM's GSI QP (QP1), every later RDMA CM connect went unanswered until
+  # the device was re-created. A lossy wire drops silently instead, as netem's loss does.
+  soak_netem replace "" || return 1
   back=$(dk_backing vol0 32M)
   fsback=$(dk_backing fs0 96M)
   SOAK_TARGET_ARGS="--export vol0=$back --export fs0=$fsback --refuse-rdma-file $SOAK_MARK"
@@ -68,6 +74,11 @@ soak_set_faults() { # soak_set_faults VALUE: corrupt_read/corrupt_write_crc ever
   on compute "for x in $SOAK_D $SOAK_E; do f=/sys/kernel/debug/rdmadisk/\$x; echo $1 >\$f/corrupt_read_every; echo $1 >\$f/corrupt_write_crc_every; done" >/dev/null
 }
 
+soak_netem() { # soak_netem replace|change SETTINGS: netem with SETTINGS ("": none) on both NICs
+  on compute "tc qdisc $1 dev $(tr_nic) root netem $2" >/dev/null &&
+    on storage "tc qdisc $1 dev \$(ls /sys/class/net | grep -m1 '^en') root netem $2" >/dev/null
+}
+
 # soak_fault KIND: one episode of KIND (see SOAK_KINDS), up to the disks' recovery.
 soak_fault() {
   local nic; nic=$(tr_nic)
@@ -80,11 +91,9 @@ soak_fault() {
     link)
       tb_link down; sleep 3; tb_link up ;;
     netem)
-      on compute "tc qdisc add dev $nic root netem loss 1% delay 5ms" >/dev/null
-      on storage "tc qdisc add dev \$(ls /sys/class/net | grep -m1 '^en') root netem loss 1% delay 5ms" >/dev/null
+      soak_netem change "loss 1% delay 5ms"
       sleep 10
-      on compute "tc qdisc del dev $nic root" >/dev/null
-      on storage "tc qdisc del dev \$(ls /sys/class/net | grep -m1 '^en') root" >/dev/null ;;
+      soak_netem change "" ;;
     kill)
       on storage "kill -KILL \$(cat $DK_TPID)" >/dev/null
       sleep 2

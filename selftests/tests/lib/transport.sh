@@ -44,11 +44,13 @@ tr_stat() {
 # 0.2-1 s, so a loop of cat, awk, date and sleep polled every few seconds, not every 0.2, and
 # took CPU from the code under test. The pause reads the agent's FIFO, which nobody writes.
 # TR_VM_DEFS: compute-side shell functions that start no program (see tr_wait_cmd): pause SECS;
-# now_us (sets us, microseconds); ios_sum FILE (sets S, rdma_ios + tcp_ios of a stats file).
+# now_us (sets us, microseconds); ios_sum FILE (sets S, rdma_ios + tcp_ios of a stats file);
+# stat_of FILE KEY (sets V, KEY's value in a stats file, empty if absent).
 # shellcheck disable=SC2016 # expanded in the VM
 TR_VM_DEFS='if [ -p /run/agent-tick ] && exec 8<>/run/agent-tick; then pause() { read -rt "$1" -u 8 _; }; else pause() { sleep "$1"; }; fi
 now_us() { us=${EPOCHREALTIME/[.,]/}; }
-ios_sum() { S=0; while IFS== read -r k x; do case $k in rdma_ios|tcp_ios) S=$((S + x)) ;; esac; done 2>/dev/null <"$1"; }'
+ios_sum() { S=0; while IFS== read -r k x; do case $k in rdma_ios|tcp_ios) S=$((S + x)) ;; esac; done 2>/dev/null <"$1"; }
+stat_of() { V=; while IFS== read -r k x; do [ "$k" = "$2" ] && V=$x; done 2>/dev/null <"$1"; }'
 
 tr_wait_cmd() {
   local a=/sys/block/$1/rdmadisk
