@@ -170,6 +170,9 @@ soak_finish() {
   dk_unmap "$SOAK_D" normal && dk_gone "$SOAK_D" 30 && dk_unmap "$SOAK_E" normal && dk_gone "$SOAK_E" 30 &&
     dk_timed rmmod 60 "rmmod rdmadisk" >/dev/null
   res $? "unmap both disks; rmmod"
+  # The VMs as found: with no RDMA traffic left, removing the qdisc is safe.
+  on compute "tc qdisc del dev $(tr_nic) root" >/dev/null
+  on storage "tc qdisc del dev \$(ls /sys/class/net | grep -m1 '^en') root" >/dev/null
 }
 
 # soak_report: the per-kind table (markdown) from the windows, the sampler, the fio rounds and
