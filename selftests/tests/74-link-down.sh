@@ -55,7 +55,7 @@ cat >"$smp.sh" <<EOF
 $TR_VM_DEFS
 while :; do
   now_us; ios_sum /sys/block/$dev/rdmadisk/stats
-  echo "\${us}000 \$S"
+  echo "\${us}000 \${S:-0}"
   pause 0.2
 done
 EOF

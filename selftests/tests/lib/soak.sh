@@ -42,9 +42,9 @@ soak_setup() {
 $TR_VM_DEFS
 while :; do
   read -r up _ </proc/uptime
-  ios_sum /sys/block/$SOAK_D/rdmadisk/stats; d=\$S
+  ios_sum /sys/block/$SOAK_D/rdmadisk/stats; d=\${S:-0}
   ios_sum /sys/block/$SOAK_E/rdmadisk/stats
-  echo "\$up \$d \$S"
+  echo "\$up \$d \${S:-0}"
   pause 0.2
 done
 EOF

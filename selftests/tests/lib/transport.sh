@@ -44,31 +44,23 @@ tr_stat() {
 # 0.2-1 s, so a loop of cat, awk, date and sleep polled every few seconds, not every 0.2, and
 # took CPU from the code under test. The pause reads the agent's FIFO, which nobody writes.
 # TR_VM_DEFS: compute-side shell functions that start no program (see tr_wait_cmd): pause SECS;
-# now_us (sets us, microseconds); ios_sum FILE (sets S, rdma_ios + tcp_ios of a stats file);
-# stat_of FILE KEY (sets V, KEY's value in a stats file, empty if absent).
+# now_us (sets us, microseconds); ios_sum FILE (sets S, rdma_ios + tcp_ios of a stats file,
+# empty if it has neither); stat_of FILE KEY (sets V, KEY's value in a stats file, empty if
+# absent).
 # shellcheck disable=SC2016 # expanded in the VM
 TR_VM_DEFS='if [ -p /run/agent-tick ] && exec 8<>/run/agent-tick; then pause() { read -rt "$1" -u 8 _; }; else pause() { sleep "$1"; }; fi
 now_us() { us=${EPOCHREALTIME/[.,]/}; }
-ios_sum() { S=0; while IFS== read -r k x; do case $k in rdma_ios|tcp_ios) S=$((S + x)) ;; esac; done 2>/dev/null <"$1"; }
+ios_sum() { S=; while IFS== read -r k x; do case $k in rdma_ios|tcp_ios) S=$((${S:-0} + x)) ;; esac; done 2>/dev/null <"$1"; }
 stat_of() { V=; while IFS== read -r k x; do [ "$k" = "$2" ] && V=$x; done 2>/dev/null <"$1"; }'
 
 tr_wait_cmd() {
   local a=/sys/block/$1/rdmadisk
-  printf '%s' "
-$TR_VM_DEFS
-"
-  printf '%s' "
+  printf '%s' "$TR_VM_DEFS
 now_us; t0=\$((\${T0:-\$((us * 1000))} / 1000)); last=0; r=timeout
 while :; do
   act=; ses=; read -r act 2>/dev/null <$a/active_transport; read -r ses 2>/dev/null <$a/session
   v=
-  if [ -n '${4:-}' ]; then
-    s=0; n=0
-    while IFS== read -r k x; do
-      if [ \"\$k\" = '${4:-none}' ] || { [ '${4:-none}' = ios ] && { [ \"\$k\" = rdma_ios ] || [ \"\$k\" = tcp_ios ]; }; }; then s=\$((s + x)); n=\$((n + 1)); fi
-    done 2>/dev/null <$a/stats
-    [ \$n -gt 0 ] && v=\$s
-  fi
+  case '${4:-}' in '') ;; ios) ios_sum $a/stats; v=\$S ;; *) stat_of $a/stats '${4:-}'; v=\$V ;; esac
   now_us; ms=\$(( (us - t0) / 1000 ))
   if { [ \"\$act\" = '$3' ] || { [ '$3' = any ] && [ \"\$act\" != none ] && [ -n \"\$act\" ]; }; } && { [ -z '${4:-}' ] || [ \"\${v:-0}\" -gt '${5:-0}' ]; }; then r=ok; break; fi
   [ \$ms -ge $(($2 * 1000)) ] && break
