@@ -19,6 +19,7 @@ use core::{
     marker::PhantomData,
     mem,
     ptr::{self, NonNull},
+    sync::atomic::{AtomicBool, Ordering},
 };
 use kernel::{ffi, prelude::*, sync::Arc, time::msecs_to_jiffies};
 
@@ -84,6 +85,7 @@ impl<T: SockEvents> TcpSocket<T> {
             _owner: PhantomData,
         };
         let sk = s.sk();
+        MemallocSocksHold::ensure();
         // SAFETY: `sk` is the new socket's `struct sock`, not yet shared with anyone. A block
         // driver's socket must not recurse into I/O to allocate (GFP_NOIO), nor use the
         // current task's page fragment, which belongs to whichever task we run in (nvme-tcp
@@ -267,29 +269,46 @@ impl<T: SockEvents> TcpSocket<T> {
     }
 }
 
-/// A hold on `sk_memalloc_socks()` for as long as it lives (the module keeps one).
+/// Whether the module holds its count of `sk_memalloc_socks()` (see [`MemallocSocksHold`]).
+static MEMALLOC_HELD: AtomicBool = AtomicBool::new(false);
+
+/// The module's count of `sk_memalloc_socks()`: taken by the first TCP connect, given back
+/// when this drops (at unload, after every socket).
 ///
 /// `sk_set_memalloc` and the count's release in [`TcpSocket`]'s drop move a static key: at
 /// zero, each one patches kernel text on every CPU. A disk's connections come and go many times
 /// a second when a target misbehaves, and patching that often brought down a test VM (an int3
 /// left in the receive path, `Oops: int3` in `netif_receive_skb_list_internal`). With this hold
-/// the count never falls to zero while the module is loaded, so the key flips only at load and
-/// unload. The cost is the pfmemalloc check in the receive path meanwhile, as with any
-/// connected nbd or iSCSI disk.
+/// the count never falls to zero once the module has made a TCP connection, so the key flips
+/// at most once per load. It is taken lazily so that a load and unload with no TCP disk
+/// patches nothing. The cost is the pfmemalloc check in the receive path meanwhile, as with
+/// any connected nbd or iSCSI disk.
 pub(crate) struct MemallocSocksHold(());
 
 impl MemallocSocksHold {
     pub(crate) fn new() -> Self {
-        // SAFETY: Takes one count of the key; `drop` gives it back, once.
-        unsafe { b::rdmadisk_memalloc_socks_inc() };
         Self(())
+    }
+
+    /// Takes the module's count if it is not taken yet. May sleep (the key's mutex).
+    fn ensure() {
+        if MEMALLOC_HELD
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // SAFETY: Taken once per load (the exchange above); `drop` gives it back.
+            unsafe { b::rdmadisk_memalloc_socks_inc() };
+        }
     }
 }
 
 impl Drop for MemallocSocksHold {
     fn drop(&mut self) {
-        // SAFETY: Gives back the count `new` took.
-        unsafe { b::rdmadisk_memalloc_socks_dec() };
+        if MEMALLOC_HELD.swap(false, Ordering::AcqRel) {
+            // SAFETY: Gives back the count `ensure` took; the module owns the only
+            // `MemallocSocksHold` and drops it after every socket.
+            unsafe { b::rdmadisk_memalloc_socks_dec() };
+        }
     }
 }
 
@@ -303,7 +322,7 @@ impl<T: SockEvents> Drop for TcpSocket<T> {
         // SAFETY: We own the socket and nothing else refers to it any more.
         unsafe { b::sock_release(self.sock.as_ptr()) };
         // SAFETY: Balances the `sk_set_memalloc` of `connect`, once the socket is released.
-        // The module's `MemallocSocksHold` keeps the count above zero, so this moves no key.
+        // `connect` took the module's `MemallocSocksHold` count first, so this moves no key.
         unsafe { b::rdmadisk_memalloc_socks_dec() };
     }
 }
