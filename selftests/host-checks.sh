@@ -28,7 +28,7 @@ step "cargo fmt --check (userspace-tools)" bash -c 'cd userspace-tools && cargo 
 step "cargo clippy -D warnings (userspace-tools)" bash -c 'cd userspace-tools && cargo clippy --workspace --all-targets --quiet -- -D warnings'
 step "cargo test (userspace-tools)" bash -c 'cd userspace-tools && cargo test --workspace'
 if [ -x userspace-tools/rdmadisk-proto/fuzz/run.sh ]; then
-  step "fuzz every protocol decoder (bounded)" userspace-tools/rdmadisk-proto/fuzz/run.sh "${FUZZ_SECONDS:-10}"
+  step "fuzz every protocol decoder (bounded)" userspace-tools/rdmadisk-proto/fuzz/run.sh "${FUZZ_SECONDS:-5}"
 fi
 echo "1..$n"
 echo "$pass passed, $fail failed"

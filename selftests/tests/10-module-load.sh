@@ -1,4 +1,4 @@
-# Module load/unload, 20 times, with the control directory appearing and going each time.
+# Module load/unload, 10 times, with the control directory appearing and going each time.
 ko=$TB_REPO/rdmadisk.ko
 out=$(on compute "
 cycle() {
@@ -10,15 +10,15 @@ cycle() {
   test ! -e /sys/class/rdmadisk || { echo '/sys/class/rdmadisk left after unload'; return 1; }
 }
 n=0
-while [ \$n -lt 20 ] && cycle; do n=\$((n + 1)); done
+while [ \$n -lt 10 ] && cycle; do n=\$((n + 1)); done
 echo cycles=\$n
 # Leave the VM as found, whatever happened.
 rmmod rdmadisk 2>/dev/null
 echo loads=\$(dmesg | grep -c 'rdmadisk: loaded')
 ")
 echo "$out"
-if grep -q '^cycles=20$' <<<"$out"; then
-  echo "ok - insmod/rmmod 20 times, /sys/class/rdmadisk/ctl created and removed each time"
+if grep -q '^cycles=10$' <<<"$out"; then
+  echo "ok - insmod/rmmod 10 times, /sys/class/rdmadisk/ctl created and removed each time"
 else
-  echo "not ok - insmod/rmmod 20 times"
+  echo "not ok - insmod/rmmod 10 times"
 fi

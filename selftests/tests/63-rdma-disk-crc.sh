@@ -21,11 +21,11 @@ if ! res $? "target with --corrupt-read-every $N; insmod; map name=d63: /dev/${D
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 dev=$DK_DEV
-FIO="--filename=/dev/$dev --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=12M --iodepth=1"
+FIO="--filename=/dev/$dev --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=6M --iodepth=1"
 
 # 1. Corrupted reads.
 dk_fio rd "--name=rd $FIO --offset=0 --randseed=631"
-res $? "fio: 12 MiB written and read back with 1 in $N reads corrupted on the target: $FIO_SUM"
+res $? "fio: 6 MiB written and read back with 1 in $N reads corrupted on the target: $FIO_SUM"
 dk_csnap "$dev"
 dk_tsnap
 dk_show client "$DK_CS"
@@ -45,7 +45,7 @@ dk_unmap "$dev" normal && dk_gone "$dev" 10 &&
 if res $? "unmap; target restarted with --fail-write-crc-every $N; map again: /dev/$DK_DEV"; then
   dev=$DK_DEV
   dk_fio wr "--name=wr $FIO --offset=16M --randseed=632"
-  res $? "fio: 12 MiB written and verified with 1 in $N write CRCs refused by the target: $FIO_SUM"
+  res $? "fio: 6 MiB written and verified with 1 in $N write CRCs refused by the target: $FIO_SUM"
   dk_csnap "$dev"
   dk_tsnap
   dk_show client "$DK_CS"

@@ -33,7 +33,8 @@ res $? "io_timeout_ms=3000, loss_timeout_s=60 (read back '$out')"
 # while the target is frozen fio keeps submitting until all 8 slots are stuck.
 dk_fio_bg frz "--name=frz --filename=/dev/$dev --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=32M --iodepth=8 --rate=2m --randseed=65"
 for _ in $(seq 60); do
-  r=$(on compute "sed -n 's/^responses=//p' $A/stats")
+  r=$(on compute "$DK_VM_DEFS
+stat_of $A/stats responses; echo \$V")
   n_gt "$r" 10 && break
   sleep 1
 done
@@ -78,8 +79,8 @@ dk_tsnap
 echo "  target: rdma_connections=$(tstat rdma_connections) resets=$(tstat resets) rdma_errors=$(tstat rdma_errors) bound_violations=$(tstat bound_violations) crc_failures=$(tstat crc_failures)"
 grep -E 'rdma: .*(reset|disconnected|attached)' "$DK_TLOG" | tail -n 6 | indent "target log: "
 
-dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=4M --offset=32M --iodepth=8 --randseed=651"
-res $? "after the freeze: 4 MiB more verified with no error: $FIO_SUM"
+dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=2M --offset=32M --iodepth=8 --randseed=651"
+res $? "after the freeze: 2 MiB more verified with no error: $FIO_SUM"
 
 dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
 res $? "unmap normal; rmmod rdmadisk"

@@ -19,7 +19,8 @@ dev=$DK_DEV
 
 dk_fio_bg load "--name=load --filename=/dev/$dev --rw=randrw --bsrange=4k-256k --iodepth=16 --size=64M --time_based --runtime=120"
 for _ in $(seq 60); do
-  r=$(on compute "sed -n 's/^responses=//p' /sys/block/$dev/rdmadisk/stats")
+  r=$(on compute "$DK_VM_DEFS
+stat_of /sys/block/$dev/rdmadisk/stats responses; echo \$V")
   n_gt "$r" 20 && break
   sleep 1
 done

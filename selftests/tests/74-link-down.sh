@@ -52,7 +52,7 @@ fi
 #    rdma_ios + tcp_ios every 0.2 s; the longest stretch without a completion is the stall.
 smp=$TB_DIR/$DK_ID.sampler
 cat >"$smp.sh" <<EOF
-$TR_VM_DEFS
+$DK_VM_DEFS
 while :; do
   now_us; ios_sum /sys/block/$dev/rdmadisk/stats
   echo "\${us}000 \${S:-0}"

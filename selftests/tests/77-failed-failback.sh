@@ -18,7 +18,7 @@ source "$TB_REPO/selftests/tests/lib/disk.sh"
 source "$TB_REPO/selftests/tests/lib/transport.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 MARK=/run/rdmadisk-tests/refuse-rdma
-WATCH=${RDT77_WATCH_S:-30}
+WATCH=${RDT77_WATCH_S:-20}
 tr_dmesg_mark
 
 on storage "mkdir -p /run/rdmadisk-tests; rm -f $MARK" >/dev/null
@@ -39,8 +39,8 @@ tr_set "$dev" transport=auto
 res $? "marker created; transport=auto: the disk probes RDMA, whose failbacks are refused"
 
 # Sample the disk for WATCH seconds in the VM.
-# Builtins only (TR_VM_DEFS), so the samples come every 0.5 s, not every few seconds.
-out=$(dk_timed watch $((WATCH + 60)) "$TR_VM_DEFS
+# Builtins only (DK_VM_DEFS), so the samples come every 0.5 s, not every few seconds.
+out=$(dk_timed watch $((WATCH + 60)) "$DK_VM_DEFS
 a=/sys/block/$dev/rdmadisk; bad=0; n=0; end=\$((EPOCHSECONDS + $WATCH))
 while [ \$EPOCHSECONDS -lt \$end ]; do
   s=; t=; read -r s <\$a/state; read -r t <\$a/active_transport; n=\$((n + 1))

@@ -33,7 +33,7 @@ r0=$(tr_stat "$dev" reconnects)
 # window can fall between two fio rounds, when no request reaches the QP.
 for i in 1 2 3; do
   sleep 3
-  on compute "$TR_VM_DEFS
+  on compute "$DK_VM_DEFS
 stat_of /sys/block/$dev/rdmadisk/stats reconnects; b=\${V:-0}; n=0
 echo 1 >$F/qp_error_every
 while [ \$n -lt 300 ]; do stat_of /sys/block/$dev/rdmadisk/stats reconnects; [ \"\${V:-0}\" -gt \$b ] && break; n=\$((n + 1)); pause 0.1; done

@@ -45,6 +45,24 @@ word() { # word KEY TEXT: the value of a "KEY=VALUE" word anywhere in TEXT
   sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" <<<"$2" | head -n1
 }
 
+# DK_VM_DEFS: shell functions for VM-side snippets that start no program. Under TCG with the
+# debug kernel one fork and exec costs the VM 0.2-1 s (a `cat` 0.8 s, `awk` 1 s), so a poll loop
+# of grep and sleep polls every few seconds, a setup step of a few `cat`s takes seconds, and
+# both take CPU from the code under test.
+#   pause SECS        sleeps (reads the agent's FIFO, which nobody writes); status 0
+#   now_us            sets us, microseconds
+#   show FILE         prints FILE (status 1, no text, if it cannot be read)
+#   has FILE TEXT     status 0 if a line of FILE contains TEXT
+#   ios_sum FILE      sets S: rdma_ios + tcp_ios of a stats file (empty if it has neither)
+#   stat_of FILE KEY  sets V: KEY's value in a stats file (empty if absent)
+# shellcheck disable=SC2016 # expanded in the VM
+DK_VM_DEFS='if [ -p /run/agent-tick ] && exec 8<>/run/agent-tick; then pause() { read -rt "$1" -u 8 _; return 0; }; else pause() { sleep "$1"; }; fi
+now_us() { us=${EPOCHREALTIME/[.,]/}; }
+show() { local l; while IFS= read -r l || [ -n "$l" ]; do printf "%s\n" "$l"; done 2>/dev/null <"$1"; }
+has() { local l; while IFS= read -r l || [ -n "$l" ]; do [[ $l == *"$2"* ]] && return 0; done 2>/dev/null <"$1"; return 1; }
+ios_sum() { S=; while IFS== read -r k x || [ -n "$k" ]; do case $k in rdma_ios|tcp_ios) S=$((${S:-0} + x)) ;; esac; done 2>/dev/null <"$1"; }
+stat_of() { V=; while IFS== read -r k x || [ -n "$k" ]; do [ "$k" = "$2" ] && V=$x; done 2>/dev/null <"$1"; }'
+
 # ---------------------------------------------------------------- the target (storage VM)
 
 dk_build() { # builds the target (a no-op when it is current); reports a failure itself
@@ -66,17 +84,18 @@ rm -f $DK_STATS $DK_TLOG
 setsid $DK_TARGET --listen $DK_S --rdma-port $DK_PORT --tcp-port $DK_TCP_PORT --allow $TB_COMPUTE_ADDR \
   --stats-file $DK_STATS $* >$DK_TLOG 2>&1 </dev/null &
 echo \$! >$DK_TPID
-for i in \$(seq 100); do grep -q 'rdma listening' $DK_TLOG && exit 0; sleep 0.2; done
-cat $DK_TLOG; exit 1"
+$DK_VM_DEFS
+for ((i = 0; i < 100; i++)); do has $DK_TLOG 'rdma listening' && exit 0; pause 0.2; done
+show $DK_TLOG; exit 1"
 }
 
 dk_target_stop() { # SIGCONT (in case a test stopped it), SIGTERM, wait; status 0 if it exited cleanly
-  on storage "
+  on storage "$DK_VM_DEFS
 [ -s $DK_TPID ] || exit 0
-p=\$(cat $DK_TPID); rm -f $DK_TPID
+read -r p <$DK_TPID; rm -f $DK_TPID
 kill -0 \$p 2>/dev/null || exit 0
 kill -CONT \$p; kill -TERM \$p
-for i in \$(seq 100); do kill -0 \$p 2>/dev/null || exit 0; sleep 0.2; done
+for ((i = 0; i < 100; i++)); do kill -0 \$p 2>/dev/null || exit 0; pause 0.2; done
 echo 'target did not exit on SIGTERM; killing it'; kill -KILL \$p; exit 1"
 }
 
@@ -87,7 +106,8 @@ tsum() { # tsum KEY...: the sum of target counters (empty if one is missing)
 }
 
 dk_tsnap() { # the target's counters now: SIGUSR1 rewrites --stats-file; snapshot into DK_TS
-  on storage "kill -USR1 \$(cat $DK_TPID) && sleep 1" >/dev/null
+  on storage "$DK_VM_DEFS
+read -r p <$DK_TPID && kill -USR1 \$p && pause 1" >/dev/null
   DK_TS=$(cat "$DK_STATS" 2>/dev/null)
 }
 tstat() { kv "$1" "$DK_TS"; }
@@ -104,9 +124,9 @@ test -e $DK_CTL/map_device || { echo \"loaded, but there is no $DK_CTL/map_devic
 # "rc=N secs=N err=TEXT", then "--- dmesg" and the kernel lines it caused.
 dk_map_cmd() {
   printf '%s' "
-n=\$(dmesg | wc -l); t0=\$(date +%s)
+n=\$(dmesg | wc -l); t0=\$EPOCHSECONDS
 out=\$( (echo '$1' >$DK_CTL/map_device) 2>&1 ); rc=\$?
-echo \"rc=\$rc secs=\$((\$(date +%s) - t0)) err=\$out\"
+echo \"rc=\$rc secs=\$((EPOCHSECONDS - t0)) err=\$out\"
 echo '--- dmesg'; dmesg | tail -n +\$((n + 1)) | grep -i rdmadisk"
 }
 
@@ -120,7 +140,7 @@ dk_map() {
 }
 
 dk_dev_of() { # dk_dev_of NAME: the block device (rdmadiskN) mapped under NAME, from ctl/devices
-  on compute "awk -v n='$1' '\$2 == n { print \$1 }' $DK_CTL/devices"
+  on compute "while read -r d n _; do [ \"\$n\" = '$1' ] && echo \$d; done 2>/dev/null <$DK_CTL/devices; true"
 }
 
 # dk_map_disk NAME EXPORT [MORE-OPTIONS]: maps, checks /dev/<dev> and state "live", sets
@@ -139,10 +159,10 @@ dk_map_disk() {
   fi
   DK_DEV=$(dk_dev_of "$1")
   [ -n "$DK_DEV" ] || { echo "  no line for $1 in $DK_CTL/devices"; return 1; }
-  on compute "test -b /dev/$DK_DEV && [ \"\$(cat /sys/block/$DK_DEV/rdmadisk/state)\" = live ]" ||
-    { echo "  /dev/$DK_DEV missing or not live"; return 1; }
-  on compute "echo $DK_IO_TIMEOUT_MS > /sys/block/$DK_DEV/rdmadisk/io_timeout_ms" ||
-    { echo "  setting io_timeout_ms=$DK_IO_TIMEOUT_MS failed"; return 1; }
+  on compute "s=; test -b /dev/$DK_DEV && read -r s </sys/block/$DK_DEV/rdmadisk/state
+[ \"\$s\" = live ] || { echo '  /dev/$DK_DEV missing or not live'; exit 1; }
+echo $DK_IO_TIMEOUT_MS > /sys/block/$DK_DEV/rdmadisk/io_timeout_ms ||
+  { echo '  setting io_timeout_ms=$DK_IO_TIMEOUT_MS failed'; exit 1; }"
 }
 
 dk_unmap() { # dk_unmap DEV normal|force: status of the write; prints its error text
@@ -150,7 +170,8 @@ dk_unmap() { # dk_unmap DEV normal|force: status of the write; prints its error 
 }
 
 dk_gone() { # dk_gone DEV [SECONDS]: waits until /sys/block/DEV and /dev/DEV are gone
-  on compute "for i in \$(seq $((${2:-30} * 5))); do [ ! -e /sys/block/$1 ] && [ ! -e /dev/$1 ] && exit 0; sleep 0.2; done; exit 1"
+  on compute "$DK_VM_DEFS
+for ((i = 0; i < $((${2:-30} * 5)); i++)); do [ ! -e /sys/block/$1 ] && [ ! -e /dev/$1 ] && exit 0; pause 0.2; done; exit 1"
 }
 
 # dk_timed TAG SECONDS SCRIPT: runs SCRIPT in the compute VM in the background, so a write that
@@ -175,7 +196,8 @@ dk_timed() {
 }
 
 dk_csnap() { # dk_csnap DEV: the disk's counters into DK_CS (empty when the file is missing)
-  DK_CS=$(on compute "cat /sys/block/$1/rdmadisk/stats" 2>/dev/null)
+  DK_CS=$(on compute "$DK_VM_DEFS
+show /sys/block/$1/rdmadisk/stats" 2>/dev/null)
 }
 cstat() { kv "$1" "$DK_CS"; }
 
@@ -282,7 +304,8 @@ dk_fio_wait() { # dk_fio_wait TAG SECONDS: waits for a background fio (kills it 
 dk_fio_kill() { # dk_fio_kill TAG: ends a background fio's process group (started by dk_fio_bg)
   local b=$TB_DIR/$DK_ID.fio-$1
   [ -s "$b.pid" ] && [ ! -e "$b.rc" ] || return 0
-  on compute "p=\$(cat $b.pid); kill -TERM -- -\$p 2>/dev/null; for i in \$(seq 50); do kill -0 -- -\$p 2>/dev/null || exit 0; sleep 0.2; done; kill -KILL -- -\$p 2>/dev/null; true" >/dev/null
+  on compute "$DK_VM_DEFS
+read -r p <$b.pid; kill -TERM -- -\$p 2>/dev/null; for ((i = 0; i < 50; i++)); do kill -0 -- -\$p 2>/dev/null || exit 0; pause 0.2; done; kill -KILL -- -\$p 2>/dev/null; true" >/dev/null
   [ -e "$b.rc" ] || echo killed >"$b.rc"
 }
 

@@ -37,9 +37,9 @@ soak_setup() {
   tr_set "$SOAK_D" io_timeout_ms=5000 && tr_set "$SOAK_E" io_timeout_ms=5000 || return 1
   fs_start soak "$SOAK_E" || return 1
   local smp=$TB_DIR/$DK_ID.sampler
-  # Builtins only (TR_VM_DEFS): a loop of cut, awk and sleep took most of a vCPU.
+  # Builtins only (DK_VM_DEFS): a loop of cut, awk and sleep took most of a vCPU.
   cat >"$smp.sh" <<EOF
-$TR_VM_DEFS
+$DK_VM_DEFS
 while :; do
   read -r up _ </proc/uptime
   ios_sum /sys/block/$SOAK_D/rdmadisk/stats; d=\${S:-0}

@@ -15,13 +15,14 @@ TR_STATS_NEW="failovers failbacks rdma_ios rdma_bytes tcp_ios tcp_bytes switch_r
 tr_nic() { cat "$TB_DIR/compute.nic"; }
 
 # tr_get DEV FILE: one per-disk file's contents (empty if it cannot be read)
-tr_get() { on compute "cat /sys/block/$1/rdmadisk/$2" 2>/dev/null; }
+tr_get() { on compute "$DK_VM_DEFS
+show /sys/block/$1/rdmadisk/$2" 2>/dev/null; }
 
 # tr_set DEV FILE=VALUE...: writes each value; status 0 if every write succeeded and reads back
 tr_set() {
   local dev=$1 kv s=
   shift
-  for kv; do s+="echo '${kv#*=}' >${kv%%=*} && [ \"\$(cat ${kv%%=*})\" = '${kv#*=}' ] || { echo \"${kv%%=*}: wrote '${kv#*=}', reads \$(cat ${kv%%=*})\"; exit 1; }
+  for kv; do s+="echo '${kv#*=}' >${kv%%=*} && [ \"\$(<${kv%%=*})\" = '${kv#*=}' ] || { echo \"${kv%%=*}: wrote '${kv#*=}', reads \$(<${kv%%=*})\"; exit 1; }
 "; done
   on compute "cd /sys/block/$dev/rdmadisk && $s"
 }
@@ -30,7 +31,8 @@ tr_set() {
 tr_stat() {
   local dev=$1 s k out=
   shift
-  s=$(on compute "cat /sys/block/$dev/rdmadisk/stats" 2>/dev/null)
+  s=$(on compute "$DK_VM_DEFS
+show /sys/block/$dev/rdmadisk/stats" 2>/dev/null)
   for k; do out+="$(kv "$k" "$s") "; done
   echo "${out% }"
 }
@@ -43,19 +45,9 @@ tr_stat() {
 # The loop starts no program: under TCG with the debug kernel a fork and exec costs the VM
 # 0.2-1 s, so a loop of cat, awk, date and sleep polled every few seconds, not every 0.2, and
 # took CPU from the code under test. The pause reads the agent's FIFO, which nobody writes.
-# TR_VM_DEFS: compute-side shell functions that start no program (see tr_wait_cmd): pause SECS;
-# now_us (sets us, microseconds); ios_sum FILE (sets S, rdma_ios + tcp_ios of a stats file,
-# empty if it has neither); stat_of FILE KEY (sets V, KEY's value in a stats file, empty if
-# absent).
-# shellcheck disable=SC2016 # expanded in the VM
-TR_VM_DEFS='if [ -p /run/agent-tick ] && exec 8<>/run/agent-tick; then pause() { read -rt "$1" -u 8 _; }; else pause() { sleep "$1"; }; fi
-now_us() { us=${EPOCHREALTIME/[.,]/}; }
-ios_sum() { S=; while IFS== read -r k x; do case $k in rdma_ios|tcp_ios) S=$((${S:-0} + x)) ;; esac; done 2>/dev/null <"$1"; }
-stat_of() { V=; while IFS== read -r k x; do [ "$k" = "$2" ] && V=$x; done 2>/dev/null <"$1"; }'
-
 tr_wait_cmd() {
   local a=/sys/block/$1/rdmadisk
-  printf '%s' "$TR_VM_DEFS
+  printf '%s' "$DK_VM_DEFS
 now_us; t0=\$((\${T0:-\$((us * 1000))} / 1000)); last=0; r=timeout
 while :; do
   act=; ses=; read -r act 2>/dev/null <$a/active_transport; read -r ses 2>/dev/null <$a/session
