@@ -21,6 +21,9 @@ source "$HERE/vm/testbed.sh"
 
 if [ $# -gt 0 ]; then tests=("$@"); else tests=("$HERE"/tests/*.sh); fi
 [ -f "$TB_REPO/rdmadisk.ko" ] || { echo "run.sh: rdmadisk.ko is not built; run 'make' first" >&2; exit 2; }
+# The userspace target, built (or found current) once for the run instead of once per test; if
+# this fails, each test's dk_build tries again and reports it.
+(cd "$TB_REPO/userspace-tools" && nice -n 10 cargo build -q --release -p rdmadisk-target) && export DK_BUILT=1
 
 n=0 pass=0 fail=0
 tap() { # tap ok|not-ok DESCRIPTION
@@ -117,9 +120,13 @@ done
 
 # The kernel logs: what each VM's agent streamed (dmesg -w, readable even when a command
 # wedged the agent) and the log read at the end after a kmemleak scan.
+# Both at once: each scan takes a VM many seconds. (Only these two are waited for: a test,
+# sourced into this shell, may have left a job of its own.)
+pids=()
 for role in compute storage; do
-  kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null && tb_collect_dmesg "$role"
+  if kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null; then tb_collect_dmesg "$role" & pids+=($!); fi
 done
+[ ${#pids[@]} = 0 ] || wait "${pids[@]}"
 for role in compute storage; do
   rc=$(cat "$TB_DIR/$role.dmesg.rc" 2>/dev/null)
   if [ "$rc" != 0 ] || [ ! -s "$TB_DIR/$role.dmesg" ]; then

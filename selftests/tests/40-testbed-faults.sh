@@ -33,7 +33,7 @@ result $? "link down (qemu set_link on both ends) stops traffic; link up restore
 # not an unhealthy fabric.
 on storage "setsid busybox nc -l -p 7001 >tcp-got.txt 2>&1 </dev/null & setsid rping -s -a $peer -C 3 >rping-server.1 2>&1 </dev/null & sleep 1" >/dev/null
 on compute "nft add table ip rdmadisk_fault && nft add chain ip rdmadisk_fault in '{ type filter hook input priority 0; }' && nft add rule ip rdmadisk_fault in udp dport 4791 drop" >/dev/null
-on compute "! timeout 30 rping -c -a $peer -C 3" >/dev/null; roce_blocked=$?
+on compute "! timeout 12 rping -c -a $peer -C 3" >/dev/null; roce_blocked=$?
 on compute "echo tcp-still-flows | busybox nc -w 5 $peer 7001" >/dev/null
 on storage "sleep 1; grep -q tcp-still-flows tcp-got.txt" >/dev/null; tcp_ok=$?
 on compute "nft delete table ip rdmadisk_fault" >/dev/null

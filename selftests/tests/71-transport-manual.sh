@@ -18,7 +18,7 @@ source "$TB_REPO/selftests/tests/lib/disk.sh"
 source "$TB_REPO/selftests/tests/lib/transport.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 SW=${RDT71_SWITCH_S:-60}
-TCP_RUN=${RDT71_TCP_RUN_S:-15}
+TCP_RUN=${RDT71_TCP_RUN_S:-8}
 tr_dmesg_mark
 
 back=$(dk_backing vol0 16M)

@@ -72,15 +72,17 @@ on() {
   local q=$TB_DIR/cmd.$role id
   id=$(date +%s%N)-$$-$RANDOM
   printf '%s\n' "$*" >"$q/$id.tmp" && mv "$q/$id.tmp" "$q/$id.sh"
-  local t0=$SECONDS
+  local t0=$SECONDS pid
+  pid=$(<"$TB_DIR/$role.pid")
+  # A short poll: a run issues thousands of commands, most of which take well under a second.
   while [ ! -s "$q/$id.rc" ]; do
     if (( SECONDS - t0 > TB_CMD_TIMEOUT )); then
       tb_log "timeout after ${TB_CMD_TIMEOUT}s on $role: $*"; cat "$q/$id.out" 2>/dev/null; return 124
     fi
-    if ! kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       tb_log "$role VM is gone while running: $*"; return 125
     fi
-    sleep 0.2
+    sleep 0.05
   done
   local rc; rc=$(<"$q/$id.rc")
   cat "$q/$id.out"

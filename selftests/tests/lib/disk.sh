@@ -65,7 +65,8 @@ stat_of() { V=; while IFS== read -r k x || [ -n "$k" ]; do [ "$k" = "$2" ] && V=
 
 # ---------------------------------------------------------------- the target (storage VM)
 
-dk_build() { # builds the target (a no-op when it is current); reports a failure itself
+dk_build() { # builds the target (a no-op when it is current or run.sh built it); reports a failure itself
+  [ -n "${DK_BUILT:-}" ] && return 0
   if ! (cd "$DK_UT" && nice -n 10 cargo build -q --release -p rdmadisk-target) >&2; then
     echo "not ok - build the userspace target"
     return 1
@@ -182,7 +183,7 @@ dk_timed() {
   rm -f "$b.rc" "$b.rc.tmp" "$b.out" "$b.pid"
   printf '%s\n' "$3" >"$b.sh"
   on compute "setsid bash -c 'bash $b.sh >$b.out 2>&1; echo \$? >$b.rc.tmp; mv $b.rc.tmp $b.rc' </dev/null >/dev/null 2>&1 & echo \$! >$b.pid"
-  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 0.2; done
+  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 0.1; done
   cat "$b.out" 2>/dev/null
   rc=$(cat "$b.rc" 2>/dev/null)
   if [ -z "$rc" ]; then
@@ -293,7 +294,7 @@ dk_fio_running() { [ ! -e "$TB_DIR/$DK_ID.fio-$1.rc" ]; }
 
 dk_fio_wait() { # dk_fio_wait TAG SECONDS: waits for a background fio (kills it after SECONDS); then dk_fio_result
   local b=$TB_DIR/$DK_ID.fio-$1 t0=$SECONDS
-  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 1; done
+  while [ ! -e "$b.rc" ] && (( SECONDS - t0 < $2 )); do sleep 0.2; done
   if [ ! -e "$b.rc" ]; then
     echo "  fio $1 still running after $2 s: killing it"
     dk_fio_kill "$1"

@@ -33,7 +33,7 @@ echo \$n >$b.done" >"$b.sh"
 fs_stop() {
   local b=$TB_DIR/$DK_ID.fs-$1 t0=$SECONDS files fails
   touch "$b.stop"
-  while [ ! -e "$b.done" ] && (( SECONDS - t0 < ${2:-300} )); do sleep 1; done
+  while [ ! -e "$b.done" ] && (( SECONDS - t0 < ${2:-300} )); do sleep 0.2; done
   files=$(grep -c . "$b.manifest" 2>/dev/null); fails=$(grep -c '^FAIL' "$b.log" 2>/dev/null)
   FS_SUM="ext4: ${files:-0} files written and fsynced, ${fails:-0} failed writes$([ -e "$b.done" ] || echo ', writer still running')"
   [ -e "$b.done" ] && [ "${fails:-0}" = 0 ] && [ "${files:-0}" -gt 0 ]

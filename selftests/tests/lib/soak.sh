@@ -147,7 +147,7 @@ soak_run() {
 soak_finish() {
   local b=$TB_DIR/$DK_ID.rounds t0=$SECONDS
   touch "$b.stop"
-  while [ ! -e "$b.done" ] && (( SECONDS - t0 < 600 )); do sleep 2; done
+  while [ ! -e "$b.done" ] && (( SECONDS - t0 < 600 )); do sleep 0.5; done
   on compute "kill \$(cat $TB_DIR/$DK_ID.sampler.pid)" >/dev/null
   local rounds bad
   rounds=$(ls "$b".r*.rc 2>/dev/null | wc -l)

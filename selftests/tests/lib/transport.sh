@@ -113,7 +113,7 @@ tr_rounds_running() { [ ! -e "$TB_DIR/$DK_ID.fio-$1.done" ]; }
 tr_rounds_stop() {
   local tag=$1 b=$TB_DIR/$DK_ID.fio-$1 t0=$SECONDS i rc p line wk=0 rk=0
   touch "$b.stop"
-  while [ ! -e "$b.done" ] && (( SECONDS - t0 < $2 )); do sleep 1; done
+  while [ ! -e "$b.done" ] && (( SECONDS - t0 < $2 )); do sleep 0.2; done
   if [ ! -e "$b.done" ]; then
     echo "  fio rounds $tag still running $2 s after the stop: killing them"
     on compute "p=\$(cat $b.pid); kill -KILL -- -\$p 2>/dev/null; true" >/dev/null
