@@ -35,6 +35,6 @@ for k in resets rdma_errors bound_violations; do n_eq "$(tstat $k)" 0 || bad+=" 
 res $? "no I/O error, timeout, reconnect or requeue; target: no reset, RDMA error or refused request${bad:+ (got$bad)}"
 echo "  target: requests=$(tstat requests) reads=$(tstat reads) writes=$(tstat writes) credit_waits=$(tstat credit_waits) rdma_connections=$(tstat rdma_connections)"
 
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev"
 res $? "unmap normal; rmmod rdmadisk"
 dk_cleanup

@@ -82,6 +82,6 @@ grep -E 'rdma: .*(reset|disconnected|attached)' "$DK_TLOG" | tail -n 6 | indent 
 dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=2M --offset=32M --iodepth=8 --randseed=651"
 res $? "after the freeze: 2 MiB more verified with no error: $FIO_SUM"
 
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev"
 res $? "unmap normal; rmmod rdmadisk"
 dk_cleanup

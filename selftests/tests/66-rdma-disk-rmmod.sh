@@ -67,7 +67,7 @@ else
   res 1 "the remapped disk works: /dev/${DK_DEV:-?} is not a block device; fio not run"
 fi
 
-dk_unmap "$DK_DEV" normal && dk_gone "$DK_DEV" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$DK_DEV"
 res $? "unmap normal; rmmod rdmadisk"
 dk_tsnap
 echo "  target: rdma_connections=$(tstat rdma_connections) connections_active=$(tstat connections_active) resets=$(tstat resets) rdma_errors=$(tstat rdma_errors)"

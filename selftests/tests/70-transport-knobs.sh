@@ -92,7 +92,7 @@ dk_csnap "$dev"
 n_eq "$(cstat failovers)" 0 && n_eq "$(cstat io_errors)" 0
 res $? "the knob writes switched nothing: failovers=$(cstat failovers) io_errors=$(cstat io_errors)"
 
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev"
 res $? "unmap normal; rmmod rdmadisk"
 tr_splat_check
 dk_cleanup

@@ -110,7 +110,7 @@ n_eq "$(cstat io_errors)" 0 && [ "$out" = "live rdma" ]
 res $? "io_errors=$(cstat io_errors); state and active_transport '$out' (want 'live rdma')"
 
 tr_rxe_restore
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev"
 res $? "unmap normal; rmmod rdmadisk"
 tr_splat_check
 dk_cleanup

@@ -99,7 +99,7 @@ out=$(on compute "cd /sys/block/$dev/rdmadisk && echo \$(cat state) \$(cat activ
 n_eq "$(cstat io_errors)" 0 && [ "$out" = "live rdma rdma" ]
 res $? "io_errors=$(cstat io_errors); state, active_transport, session '$out' (want 'live rdma rdma')"
 
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev"
 res $? "unmap normal; rmmod rdmadisk"
 tr_splat_check
 unblock

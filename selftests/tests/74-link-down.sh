@@ -100,7 +100,7 @@ n_eq "$(cstat io_errors)" 0 && n_eq "$fe" 0 && [ "$out" = "live rdma" ]
 res $? "io_errors=$(cstat io_errors) (e74: $fe); state, active_transport '$out' (want 'live rdma'); timeouts=$(cstat timeouts) reconnects=$(cstat reconnects) failovers=$(cstat failovers) failbacks=$(cstat failbacks) connect_failures=$(cstat connect_failures)"
 
 on compute "umount /mnt/fs" >/dev/null
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && dk_unmap "$fsdev" normal && dk_gone "$fsdev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev" "$fsdev"
 res $? "unmap normal both; rmmod rdmadisk"
 tr_splat_check
 on compute "kill \$(cat $smp.pid) 2>/dev/null; true" >/dev/null

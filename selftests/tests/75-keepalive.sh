@@ -66,7 +66,7 @@ dk_show client "$DK_CS"
 n_eq "$(cstat io_errors)" 0
 res $? "io_errors=$(cstat io_errors)"
 
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev"
 res $? "unmap normal; rmmod rdmadisk"
 tr_splat_check
 dk_cleanup

@@ -44,7 +44,7 @@ dk_show client "$DK_CS"
 n_gt "$(cstat rdma_ios)" "${r0:-0}" && n_gt "$(cstat tcp_ios)" 0 && n_eq "$(cstat io_errors)" 0
 res $? "tcp_ios=$(cstat tcp_ios), rdma_ios ${r0:-?} -> $(cstat rdma_ios), failbacks=$(cstat failbacks), io_errors=$(cstat io_errors)"
 
-dk_unmap "$dev" normal && dk_gone "$dev" 10 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 10 "$dev"
 res $? "unmap normal; rmmod rdmadisk"
 tr_splat_check
 tr_rxe_restore

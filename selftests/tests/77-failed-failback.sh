@@ -67,7 +67,7 @@ res $? "fio through it all: every round verified with no error: $FIO_SUM"
 dk_csnap "$dev"
 n_eq "$(cstat io_errors)" 0
 res $? "io_errors=$(cstat io_errors), failbacks=$(cstat failbacks), connect_failures=$(cstat connect_failures)"
-dk_unmap "$dev" normal && dk_gone "$dev" 30 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 30 "$dev"
 res $? "unmap normal; rmmod"
 tr_splat_check
 dk_cleanup

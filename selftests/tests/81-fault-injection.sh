@@ -68,7 +68,7 @@ fault drop_response "drop_response_every=60" timeouts reconnects
 dk_csnap "$dev"
 n_eq "$(cstat io_errors)" 0 && [ "$(on compute "cat /sys/block/$dev/rdmadisk/state")" = live ]
 res $? "io_errors=$(cstat io_errors), state live after every fault"
-dk_unmap "$dev" normal && dk_gone "$dev" 30 && on compute "rmmod rdmadisk"
+dk_unmap_rmmod 30 "$dev"
 res $? "unmap normal; rmmod"
 tr_splat_check
 dk_cleanup

@@ -175,6 +175,20 @@ dk_gone() { # dk_gone DEV [SECONDS]: waits until /sys/block/DEV and /dev/DEV are
 for ((i = 0; i < $((${2:-30} * 5)); i++)); do [ ! -e /sys/block/$1 ] && [ ! -e /dev/$1 ] && exit 0; pause 0.2; done; exit 1"
 }
 
+# dk_unmap_rmmod SECONDS DEV...: in one command, unmaps each DEV normally and waits up to SECONDS
+# for it to leave /sys/block and /dev, then unloads the module. Status 0 if all of it succeeded
+# (else it says which step failed).
+dk_unmap_rmmod() {
+  local secs=$1 d s=
+  shift
+  for d; do s+="echo normal >/sys/block/$d/rdmadisk/unmap || { echo 'unmap of $d failed'; exit 1; }
+for ((i = 0; i < $((secs * 5)); i++)); do [ ! -e /sys/block/$d ] && [ ! -e /dev/$d ] && break; pause 0.2; done
+[ ! -e /sys/block/$d ] && [ ! -e /dev/$d ] || { echo '$d still there $secs s after its unmap'; exit 1; }
+"; done
+  on compute "$DK_VM_DEFS
+${s}rmmod rdmadisk"
+}
+
 # dk_timed TAG SECONDS SCRIPT: runs SCRIPT in the compute VM in the background, so a write that
 # blocks in the kernel cannot wedge the VM's command queue, and waits up to SECONDS for it.
 # Prints its output, then "rc=N secs=N" (rc=timeout if it is still running). Status 0 if rc=0.
@@ -379,10 +393,9 @@ dk_cleanup() {
   done
   for m in $DK_MOUNTS; do on compute "! mountpoint -q $m || umount $m || umount -l $m" >/dev/null; done
   dk_timed cleanup 120 "
-if [ -r $DK_CTL/devices ]; then
-  for d in \$(awk '{ print \$1 }' $DK_CTL/devices); do echo force >/sys/block/\$d/rdmadisk/unmap; done
-fi
-if grep -q '^rdmadisk ' /proc/modules; then rmmod rdmadisk; fi
+L=(); [ -r $DK_CTL/devices ] && mapfile -t L <$DK_CTL/devices
+for l in \"\${L[@]}\"; do echo force >/sys/block/\${l%% *}/rdmadisk/unmap; done
+if [ -d /sys/module/rdmadisk ]; then rmmod rdmadisk; fi
 true" >/dev/null || echo "  cleanup: force unmap / rmmod did not finish in 120 s"
   dk_target_stop >/dev/null
   on storage "rm -f $DK_BACKDIR/$DK_ID-*.img; true" >/dev/null
