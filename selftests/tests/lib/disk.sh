@@ -78,26 +78,34 @@ dk_backing() { # dk_backing NAME [SIZE]: a fresh sparse backing file on the stor
   on storage "mkdir -p $DK_BACKDIR && rm -f $f && truncate -s ${2:-64M} $f && echo $f"
 }
 
+# _dk_tstop: a storage-side function tstop: SIGCONT (in case a test stopped the target),
+# SIGTERM, and a wait; status 0 if it exited cleanly (or was not running).
+_dk_tstop() {
+  printf '%s' "$DK_VM_DEFS
+tstop() {
+  [ -s $DK_TPID ] || return 0
+  read -r p <$DK_TPID; rm -f $DK_TPID
+  kill -0 \$p 2>/dev/null || return 0
+  kill -CONT \$p; kill -TERM \$p
+  for ((i = 0; i < 100; i++)); do kill -0 \$p 2>/dev/null || return 0; pause 0.2; done
+  echo 'target did not exit on SIGTERM; killing it'; kill -KILL \$p; return 1
+}"
+}
+
 dk_target_start() { # dk_target_start ARGS...: (re)starts the target with ARGS (--export ... etc.)
-  dk_target_stop >/dev/null
-  on storage "
+  on storage "$(_dk_tstop)
+tstop >/dev/null
 rm -f $DK_STATS $DK_TLOG
 setsid $DK_TARGET --listen $DK_S --rdma-port $DK_PORT --tcp-port $DK_TCP_PORT --allow $TB_COMPUTE_ADDR \
   --stats-file $DK_STATS $* >$DK_TLOG 2>&1 </dev/null &
 echo \$! >$DK_TPID
-$DK_VM_DEFS
 for ((i = 0; i < 100; i++)); do has $DK_TLOG 'rdma listening' && exit 0; pause 0.2; done
 show $DK_TLOG; exit 1"
 }
 
 dk_target_stop() { # SIGCONT (in case a test stopped it), SIGTERM, wait; status 0 if it exited cleanly
-  on storage "$DK_VM_DEFS
-[ -s $DK_TPID ] || exit 0
-read -r p <$DK_TPID; rm -f $DK_TPID
-kill -0 \$p 2>/dev/null || exit 0
-kill -CONT \$p; kill -TERM \$p
-for ((i = 0; i < 100; i++)); do kill -0 \$p 2>/dev/null || exit 0; pause 0.2; done
-echo 'target did not exit on SIGTERM; killing it'; kill -KILL \$p; exit 1"
+  on storage "$(_dk_tstop)
+tstop"
 }
 
 tsum() { # tsum KEY...: the sum of target counters (empty if one is missing)
@@ -158,12 +166,18 @@ dk_map_disk() {
     printf '%s\n' "$out" | indent
     return 1
   fi
-  DK_DEV=$(dk_dev_of "$1")
-  [ -n "$DK_DEV" ] || { echo "  no line for $1 in $DK_CTL/devices"; return 1; }
-  on compute "s=; test -b /dev/$DK_DEV && read -r s </sys/block/$DK_DEV/rdmadisk/state
-[ \"\$s\" = live ] || { echo '  /dev/$DK_DEV missing or not live'; exit 1; }
-echo $DK_IO_TIMEOUT_MS > /sys/block/$DK_DEV/rdmadisk/io_timeout_ms ||
-  { echo '  setting io_timeout_ms=$DK_IO_TIMEOUT_MS failed'; exit 1; }"
+  # One VM command: find the device, check it, set its I/O timeout.
+  out=$(on compute "d=; while read -r x n _; do [ \"\$n\" = '$1' ] && d=\$x; done 2>/dev/null <$DK_CTL/devices
+[ -n \"\$d\" ] || { echo '  no line for $1 in $DK_CTL/devices'; exit 1; }
+echo dev=\$d
+s=; test -b /dev/\$d && read -r s </sys/block/\$d/rdmadisk/state
+[ \"\$s\" = live ] || { echo \"  /dev/\$d missing or not live\"; exit 1; }
+echo $DK_IO_TIMEOUT_MS >/sys/block/\$d/rdmadisk/io_timeout_ms ||
+  { echo '  setting io_timeout_ms=$DK_IO_TIMEOUT_MS failed'; exit 1; }")
+  local rc=$?
+  DK_DEV=$(sed -n 's/^dev=//p' <<<"$out")
+  grep -v '^dev=' <<<"$out"
+  return $rc
 }
 
 dk_unmap() { # dk_unmap DEV normal|force: status of the write; prints its error text
@@ -397,6 +411,6 @@ L=(); [ -r $DK_CTL/devices ] && mapfile -t L <$DK_CTL/devices
 for l in \"\${L[@]}\"; do echo force >/sys/block/\${l%% *}/rdmadisk/unmap; done
 if [ -d /sys/module/rdmadisk ]; then rmmod rdmadisk; fi
 true" >/dev/null || echo "  cleanup: force unmap / rmmod did not finish in 120 s"
-  dk_target_stop >/dev/null
-  on storage "rm -f $DK_BACKDIR/$DK_ID-*.img; true" >/dev/null
+  on storage "$(_dk_tstop)
+tstop; rm -f $DK_BACKDIR/$DK_ID-*.img; true" >/dev/null
 }
