@@ -15,7 +15,7 @@ SOAK_KINDS=${SOAK_KINDS:-"nic link netem kill stop corrupt flip failback"}
 SOAK_MARK=/run/rdmadisk-tests/refuse-rdma
 SOAK_RECOVER_S=${SOAK_RECOVER_S:-120}
 
-soak_uptime() { on compute "cut -d' ' -f1 /proc/uptime"; }
+soak_uptime() { on compute "read -r u _ </proc/uptime; echo \$u"; }
 
 # soak_setup: target with two exports, disks d90 (fio) and e90 (ext4), the sampler and the
 # fio rounds. Sets SOAK_D, SOAK_E.
@@ -53,9 +53,10 @@ EOF
   rm -f "$b".* 
   printf '%s\n' "n=0
 while [ ! -e $b.stop ]; do
-  n=\$((n + 1)); t0=\$(cut -d' ' -f1 /proc/uptime)
+  n=\$((n + 1)); read -r t0 _ </proc/uptime
   timeout 900 fio $DK_FIO_BASE --output=$b.r\$n.out --randseed=\$n --name=soak --filename=/dev/$SOAK_D --rw=randrw --rwmixread=50 --bsrange=4k-64k --iodepth=16 --numjobs=2 --size=2M --offset_increment=8M --verify=crc32c --do_verify=1 >$b.r\$n.log 2>&1
-  echo \"\$? \$t0 \$(cut -d' ' -f1 /proc/uptime)\" >$b.r\$n.rc
+  rc=\$?; read -r t1 _ </proc/uptime
+  echo \"\$rc \$t0 \$t1\" >$b.r\$n.rc
 done
 echo \$n >$b.done" >"$b.sh"
   on compute "setsid bash $b.sh </dev/null >/dev/null 2>&1 &" >/dev/null
@@ -65,7 +66,8 @@ echo \$n >$b.done" >"$b.sh"
 # soak_recovered: both disks live and their I/O moving again (bounded). Status 0 if so.
 soak_recovered() {
   local d e
-  read -r d e <<<"$(on compute "for x in $SOAK_D $SOAK_E; do awk -F= '\$1 == \"rdma_ios\" || \$1 == \"tcp_ios\" { s += \$2 } END { printf \"%d \", s }' /sys/block/\$x/rdmadisk/stats; done")"
+  read -r d e <<<"$(on compute "$DK_VM_DEFS
+for x in $SOAK_D $SOAK_E; do ios_sum /sys/block/\$x/rdmadisk/stats; echo -n \"\${S:-0} \"; done")"
   tr_wait rec "$SOAK_D" "$SOAK_RECOVER_S" any ios "${d:-0}" >/dev/null &&
     tr_wait rec "$SOAK_E" "$SOAK_RECOVER_S" any ios "${e:-0}" >/dev/null
 }
@@ -95,14 +97,14 @@ soak_fault() {
       sleep 10
       soak_netem change "" ;;
     kill)
-      on storage "kill -KILL \$(cat $DK_TPID)" >/dev/null
+      on storage "read -r p <$DK_TPID && kill -KILL \$p" >/dev/null
       sleep 2
       # shellcheck disable=SC2086
       dk_target_start $SOAK_TARGET_ARGS >/dev/null ;;
     stop)
-      on storage "kill -STOP \$(cat $DK_TPID)" >/dev/null
+      on storage "read -r p <$DK_TPID && kill -STOP \$p" >/dev/null
       sleep 7
-      on storage "kill -CONT \$(cat $DK_TPID)" >/dev/null ;;
+      on storage "read -r p <$DK_TPID && kill -CONT \$p" >/dev/null ;;
     corrupt)
       soak_set_faults 5; sleep 6; soak_set_faults 0 ;;
     flip)
