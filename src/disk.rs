@@ -383,10 +383,10 @@ impl DiskDev {
         }
     }
 
-    /// The RDMA device `dev` is going away. Connections on it are torn down before this
-    /// returns, so the device can go; their requests wait for the session to reconnect (on
-    /// TCP). May sleep.
-    pub(crate) fn rdma_device_removed(self: &Arc<Self>, dev: DeviceId, name: &CStr) {
+    /// The RDMA device `dev` is going away (`others`: other RDMA devices remain). Connections
+    /// on it are torn down before this returns, so the device can go; their requests wait for
+    /// the session to reconnect (on TCP). May sleep.
+    pub(crate) fn rdma_device_removed(self: &Arc<Self>, dev: DeviceId, name: &CStr, others: bool) {
         let (uses, healthy_rdma) = {
             let c = self.ctrl.lock();
             let uses = c.queues.iter().flatten().any(|q| q.on_device(dev));
@@ -396,10 +396,15 @@ impl DiskDev {
             });
             (uses, rdma)
         };
-        // Healthy RDMA connections on another device do not care; otherwise (on TCP, or
-        // between connections) this may well be the device RDMA would use.
-        if uses || !healthy_rdma {
-            let _ = self.policy.lock().on_device_removed(now_ms() as u64);
+        // Healthy RDMA connections on another device do not care. Otherwise (on TCP, or
+        // between connections) this may be the device RDMA would use: RDMA is out of reach
+        // only if it was the last one. With others left, probes and reconnects go on, and
+        // find out whether one of them reaches the target.
+        if uses || (!healthy_rdma && !others) {
+            let _ = self
+                .policy
+                .lock()
+                .on_device_removed(!others, now_ms() as u64);
         }
         if uses {
             pr_info!(

@@ -330,23 +330,29 @@ impl Policy {
         }
     }
 
-    /// The RDMA device went away (`ib_client.remove`). I/O leaves RDMA in
-    /// every mode, so no I/O error reaches the filesystem.
-    pub fn on_device_removed(&mut self, now_ms: u64) -> Action {
-        self.device_present = false;
+    /// The RDMA device went away (`ib_client.remove`); `last`: no other RDMA
+    /// device is left. I/O leaves RDMA in every mode, so no I/O error
+    /// reaches the filesystem. With other devices left, RDMA may still be
+    /// in reach through one of them: probing and a failback in progress go
+    /// on (a connection on the removed device fails, and counts as an RDMA
+    /// failure); only the last device's removal stops them.
+    pub fn on_device_removed(&mut self, last: bool, now_ms: u64) -> Action {
+        if last {
+            self.device_present = false;
+        }
         match self.state {
             State::Rdma => self.start_drain(Transport::Tcp),
             State::Draining {
                 to: Transport::Rdma,
-            } => {
+            } if last => {
                 self.enter_tcp(now_ms);
                 Action::UseTcp
             }
-            State::Probing => {
+            State::Probing if last => {
                 self.enter_tcp(now_ms);
                 Action::None
             }
-            State::Draining { to: Transport::Tcp } | State::Tcp => Action::None,
+            State::Draining { .. } | State::Probing | State::Tcp => Action::None,
         }
     }
 
@@ -754,7 +760,7 @@ mod tests {
         }
         assert_eq!(p.on_rdma_failure(1), Action::None);
         assert_eq!(p.state(), DRAIN_TCP);
-        p.on_device_removed(2);
+        p.on_device_removed(true, 2);
         p.on_drained(3);
         assert_eq!(p.state(), State::Tcp);
         assert_eq!(p.on_rdma_failure(4), Action::None);
@@ -780,9 +786,9 @@ mod tests {
         for mode in [Mode::Auto, Mode::Rdma] {
             let mut p = Policy::new(cfg(), 0);
             assert_eq!(p.set_mode(mode, 0), Action::None);
-            assert_eq!(p.on_device_removed(10), Action::DrainToTcp);
+            assert_eq!(p.on_device_removed(true, 10), Action::DrainToTcp);
             assert!(!p.device_present());
-            assert_eq!(p.on_device_removed(11), Action::None);
+            assert_eq!(p.on_device_removed(true, 11), Action::None);
             assert_eq!(p.on_drained(20), Action::UseTcp);
             assert_eq!(p.state(), State::Tcp, "no device, no probing");
             assert_eq!(p.on_tick(100_000), Action::None);
@@ -795,7 +801,7 @@ mod tests {
     fn device_removal_while_probing_or_draining_to_rdma() {
         let mut p = probing_at(0);
         assert_eq!(p.on_tick(1_000), Action::SendProbe);
-        assert_eq!(p.on_device_removed(1_001), Action::None);
+        assert_eq!(p.on_device_removed(true, 1_001), Action::None);
         assert_eq!(p.state(), State::Tcp);
         assert_eq!(
             p.on_probe_result(true, 1_002),
@@ -806,15 +812,39 @@ mod tests {
         let mut p = probing_at(0);
         p.on_device_added(5);
         assert_eq!(p.state(), DRAIN_RDMA);
-        assert_eq!(p.on_device_removed(6), Action::UseTcp);
+        assert_eq!(p.on_device_removed(true, 6), Action::UseTcp);
         assert_eq!(p.state(), State::Tcp);
         assert_eq!(p.on_drained(7), Action::None, "stale drain report");
     }
 
     #[test]
+    fn removing_one_of_several_devices_keeps_rdma_in_reach() {
+        // On RDMA over the removed device: to TCP, then probing (another
+        // device may reach the target).
+        let mut p = Policy::new(cfg(), 0);
+        assert_eq!(p.on_device_removed(false, 10), Action::DrainToTcp);
+        assert!(p.device_present());
+        assert_eq!(p.on_drained(20), Action::UseTcp);
+        assert_eq!(p.state(), State::Probing);
+        // Probing, or failing back: an unrelated device's removal changes
+        // nothing.
+        assert_eq!(p.on_device_removed(false, 30), Action::None);
+        assert_eq!(p.state(), State::Probing);
+        p.on_device_added(40);
+        assert_eq!(p.state(), DRAIN_RDMA);
+        assert_eq!(p.on_device_removed(false, 50), Action::None);
+        assert_eq!(p.state(), DRAIN_RDMA);
+        assert_eq!(p.on_drained(60), Action::UseRdma);
+        // Then the last one goes: no probing without a device.
+        assert_eq!(p.on_device_removed(true, 70), Action::DrainToTcp);
+        assert_eq!(p.on_drained(80), Action::UseTcp);
+        assert_eq!(p.state(), State::Tcp);
+    }
+
+    #[test]
     fn device_added_during_drain_to_tcp_then_probes() {
         let mut p = Policy::new(cfg(), 0);
-        p.on_device_removed(0);
+        p.on_device_removed(true, 0);
         assert_eq!(p.on_device_added(1), Action::None);
         assert_eq!(p.state(), DRAIN_TCP);
         assert_eq!(p.on_drained(2), Action::UseTcp);
@@ -842,7 +872,7 @@ mod tests {
         assert_eq!(p.state(), State::Tcp);
         assert_eq!(p.mode(), Mode::Tcp);
         assert_eq!(p.on_tick(100_000), Action::None);
-        assert_eq!(p.on_device_removed(2), Action::None);
+        assert_eq!(p.on_device_removed(true, 2), Action::None);
         assert_eq!(p.on_device_added(3), Action::None);
         assert_eq!(p.state(), State::Tcp);
         // Back to Auto: probing resumes.
@@ -865,7 +895,7 @@ mod tests {
         assert_eq!(p.state(), State::Tcp);
 
         let mut p = Policy::new(cfg(), 0);
-        p.on_device_removed(0);
+        p.on_device_removed(true, 0);
         assert_eq!(p.set_mode(Mode::Tcp, 1), Action::None);
         assert_eq!(p.state(), DRAIN_TCP);
         p.on_device_added(2);
@@ -948,7 +978,7 @@ mod tests {
     #[derive(Debug, Clone, Copy)]
     enum Ev {
         Failure,
-        Removed,
+        Removed(bool),
         Added,
         Drained,
         Tick,
@@ -961,7 +991,7 @@ mod tests {
     fn ev() -> impl Strategy<Value = (Ev, u64)> {
         let e = prop_oneof![
             4 => Just(Ev::Failure),
-            1 => Just(Ev::Removed),
+            1 => any::<bool>().prop_map(Ev::Removed),
             1 => Just(Ev::Added),
             3 => Just(Ev::Drained),
             4 => Just(Ev::Tick),
@@ -983,7 +1013,7 @@ mod tests {
                 let before = p.state();
                 let action = match e {
                     Ev::Failure => p.on_rdma_failure(now),
-                    Ev::Removed => p.on_device_removed(now),
+                    Ev::Removed(last) => p.on_device_removed(last, now),
                     Ev::Added => p.on_device_added(now),
                     Ev::Drained => p.on_drained(now),
                     Ev::Tick => p.on_tick(now),

@@ -110,7 +110,7 @@ fuzz_target!(|data: &[u8]| {
         let before = p.state();
         let action = match op % 10 {
             0 => p.on_rdma_failure(now),
-            1 => p.on_device_removed(now),
+            1 => p.on_device_removed(arg & 1 != 0, now),
             2 => p.on_device_added(now),
             3 => p.on_drained(now),
             4 => p.on_tick(now),
