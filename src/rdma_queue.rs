@@ -96,7 +96,8 @@ struct Inner {
     recv_credits: CreditReceiver,
     tags: Tags<SLOTS>,
     slots: KVec<Slot>,
-    /// When the last response arrived (ms, ktime), and when an unanswered keepalive was sent.
+    /// When the last response arrived, or an idle connection was given a request (ms,
+    /// ktime); and when an unanswered keepalive was sent.
     last_rx_ms: i64,
     keepalive_sent_ms: Option<i64>,
     /// Since when requests have waited with no credit granted and none in flight (a target
@@ -316,6 +317,10 @@ impl RdmaQueue {
             // The tag's previous exchange has not given its Send buffer back yet.
             return Err((rq, BlkStatus::Resource));
         };
+        if g.tags.in_flight() == 0 {
+            // An idle connection starts waiting for the target now, not at its last response.
+            g.last_rx_ms = now_ms();
+        }
         let id = match g.tags.issue(slot) {
             Ok(id) => id,
             Err(_) => {

@@ -102,7 +102,7 @@ struct Inner {
     credits: CreditSender,
     tags: Tags<{ QUEUE_DEPTH as usize }>,
     slots: KVec<Slot>,
-    /// When the last response arrived (ms, ktime).
+    /// When the last response arrived, or an idle connection was given a request (ms, ktime).
     last_rx_ms: i64,
     /// Since when requests have waited with no credit granted and none in flight (a target
     /// that stopped granting: nothing would ever complete to bring one back).
@@ -361,6 +361,11 @@ impl TcpQueue {
         }
         if !matches!(g.slots.get(usize::from(slot)), Some(Slot::Free)) {
             return Err((rq, BlkStatus::Resource));
+        }
+        if g.tags.in_flight() == 0 {
+            // An idle connection starts waiting for the target now, not at its last response
+            // (TCP has no keepalive NOPs to keep that fresh).
+            g.last_rx_ms = now_ms();
         }
         let Ok(id) = g.tags.issue(slot) else {
             return Err((rq, BlkStatus::Resource));
