@@ -60,11 +60,13 @@ impl Queue {
         }
     }
 
-    /// The connection's health check (see the transports' `keepalive`).
-    pub(crate) fn keepalive(&self, interval_ms: u32) {
+    /// The connection's health check: credit starvation always, keepalives and a frozen
+    /// target when `keepalive_ms` is on. The session runs it every half keepalive interval,
+    /// or every half I/O timeout with keepalives off.
+    pub(crate) fn health_check(&self) {
         match self {
-            Queue::Rdma(q) => q.keepalive(interval_ms),
-            Queue::Tcp(q) => q.keepalive(interval_ms),
+            Queue::Rdma(q) => q.health_check(),
+            Queue::Tcp(q) => q.health_check(),
         }
     }
 

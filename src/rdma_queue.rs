@@ -761,17 +761,28 @@ impl RdmaQueue {
         drop(slots);
     }
 
-    /// The health check of a connection, run by the disk's session every half interval:
-    /// sends a NOP if nothing arrived for `interval_ms` (a credit allowing); fails the
-    /// connection if an unanswered NOP, or requests in flight, have seen nothing arrive for
-    /// twice that. A dead path or a frozen target is then found without waiting for the I/O
-    /// timeout, even when every credit is in use.
-    pub(crate) fn keepalive(&self, interval_ms: u32) {
+    /// The health check of a connection, run by the disk's session (see
+    /// [`crate::queue::Queue::health_check`]). Fails the connection if requests have waited
+    /// an I/O timeout for a credit the target never grants. With keepalives on: sends a NOP
+    /// if nothing arrived for `keepalive_ms` (a credit allowing), and fails the connection if
+    /// an unanswered NOP, or requests in flight, have seen nothing arrive for twice that. A
+    /// dead path or a frozen target is then found without waiting for the I/O timeout, even
+    /// when every credit is in use.
+    pub(crate) fn health_check(&self) {
         let now = now_ms();
-        let interval = i64::from(interval_ms);
+        let info = self.host.info();
+        let interval = i64::from(info.keepalive_ms());
         let mut guard = self.inner.lock();
         let g = &mut *guard;
         if self.is_failed() || g.conn.is_none() {
+            return;
+        }
+        if g.starved_ms
+            .is_some_and(|t| now - t > i64::from(info.io_timeout_ms()))
+        {
+            return self.fail_locked(g, "the target grants no credits");
+        }
+        if interval == 0 {
             return;
         }
         let quiet = now - g.last_rx_ms;
@@ -783,9 +794,6 @@ impl RdmaQueue {
         }
         if g.tags.in_flight() > 0 && quiet > 2 * interval {
             return self.fail_locked(g, "no response while requests are in flight");
-        }
-        if g.starved_ms.is_some_and(|t| now - t > 2 * interval) {
-            return self.fail_locked(g, "the target grants no credits");
         }
         if quiet < interval || g.send_credits.available() == 0 {
             return;

@@ -645,22 +645,26 @@ impl TcpQueue {
         self.host.clone().queue_failed(self.id, Transport::Tcp);
     }
 
-    /// The health check, run by the disk's session every half interval: fails the connection
-    /// when requests are in flight and nothing has arrived for twice `interval_ms`, or requests
-    /// have waited that long for a credit the target never grants. The kernel's keepalive
-    /// finds a dead peer; this finds a peer whose process stopped answering (its kernel still
-    /// acknowledges).
-    pub(crate) fn keepalive(&self, interval_ms: u32) {
+    /// The health check, run by the disk's session (see
+    /// [`crate::queue::Queue::health_check`]): fails the connection when requests have waited
+    /// an I/O timeout for a credit the target never grants, or, with keepalives on, when
+    /// requests are in flight and nothing has arrived for twice `keepalive_ms`. The kernel's
+    /// keepalive finds a dead peer; this finds a peer whose process stopped answering (its
+    /// kernel still acknowledges).
+    pub(crate) fn health_check(&self) {
+        let info = self.host.info();
+        let twice = 2 * i64::from(info.keepalive_ms());
+        let starve = i64::from(info.io_timeout_ms());
         let mut guard = self.inner.lock();
         let g = &mut *guard;
-        let (now, twice) = (now_ms(), 2 * i64::from(interval_ms));
+        let now = now_ms();
         if self.is_failed() {
             return;
         }
-        if g.tags.in_flight() > 0 && now - g.last_rx_ms > twice {
-            self.fail_locked(g, "no response while requests are in flight");
-        } else if g.starved_ms.is_some_and(|t| now - t > twice) {
+        if g.starved_ms.is_some_and(|t| now - t > starve) {
             self.fail_locked(g, "the target grants no credits");
+        } else if twice > 0 && g.tags.in_flight() > 0 && now - g.last_rx_ms > twice {
+            self.fail_locked(g, "no response while requests are in flight");
         }
     }
 

@@ -102,19 +102,15 @@ impl DiskDev {
                         self.drained();
                         continue;
                     }
-                    let ka = self.info.keepalive_ms();
-                    if ka > 0 {
-                        self.check_connections(ka);
-                    }
+                    self.check_connections();
+                    let check_ms = self.check_interval_ms();
                     if pstate == PState::Probing {
-                        self.probe_tick(ka);
-                    } else if ka > 0 || self.outage_open() {
-                        // Checks twice per interval; an outage in progress is watched until
-                        // the new set proves itself.
-                        self.nap(if ka > 0 { ka / 2 } else { OUTAGE_WATCH_MS });
+                        self.probe_tick(check_ms);
+                    } else if self.outage_open() {
+                        // An outage in progress is watched until the new set proves itself.
+                        self.nap(check_ms.min(OUTAGE_WATCH_MS));
                     } else {
-                        // Idle until kicked.
-                        return;
+                        self.nap(check_ms);
                     }
                 }
                 installed => {
@@ -505,13 +501,24 @@ impl DiskDev {
     }
 
     /// Runs every connection's health check (keepalive NOPs, a frozen peer, no credits).
-    fn check_connections(&self, interval_ms: u32) {
+    fn check_connections(&self) {
         for qid in 0..self.info.nr_queues {
             // Nothing here sleeps: a keepalive only posts a Send.
             if let Some(q) = self.queue(u32::from(qid)) {
-                q.keepalive(interval_ms);
+                q.health_check();
             }
         }
+    }
+
+    /// How often the connections' health checks run: twice per keepalive interval, or, with
+    /// keepalives off, twice per I/O timeout (a target that stops granting credits leaves
+    /// requests waiting with no timer running: only this check finds it).
+    fn check_interval_ms(&self) -> u32 {
+        match self.info.keepalive_ms() {
+            0 => self.info.io_timeout_ms() / 2,
+            ka => ka / 2,
+        }
+        .max(1)
     }
 
     /// A complete, healthy set is installed: the disk is live (a reconnect state left by a
@@ -569,15 +576,11 @@ impl DiskDev {
     /// On TCP with RDMA possible: waits for the next probe, sends it, reports the result. The
     /// probe is a connection of its own, outside the disk's set, so whatever happens to it
     /// leaves the serving connections alone.
-    fn probe_tick(&self, keepalive_ms: u32) {
+    fn probe_tick(&self, check_ms: u32) {
         let interval = self.policy.lock().config().probe_interval_ms;
         if self.policy.lock().on_tick(now_ms() as u64) != Action::SendProbe {
             // The connections' health checks run between probes too.
-            let mut nap = interval.min(u64::from(u32::MAX)) as u32;
-            if keepalive_ms > 0 {
-                nap = nap.min(keepalive_ms / 2);
-            }
-            self.nap(nap);
+            self.nap(interval.min(u64::from(check_ms)) as u32);
             return;
         }
         let budget = interval.clamp(PROBE_BUDGET_MIN_MS, PROBE_BUDGET_MAX_MS) as u32;
