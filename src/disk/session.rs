@@ -207,7 +207,10 @@ impl DiskDev {
                 if left <= 0 || self.deleting() {
                     return Err(errno(kernel::bindings::ETIMEDOUT));
                 }
-                let (q, reply) = Queue::connect(&host, ConnId { qid, epoch }, t, left as u32)?;
+                // One connection never takes more than its own budget: a target that accepts
+                // but never answers must not hold the session for the whole set's.
+                let budget = left.min(i64::from(CONNECT_BUDGET_MS)) as u32;
+                let (q, reply) = Queue::connect(&host, ConnId { qid, epoch }, t, budget)?;
                 max_io = max_io.min(q.max_io_bytes());
                 // Room for `n` was reserved above.
                 if let Err(e) = queues.push(Some(q.clone()), GFP_KERNEL) {
