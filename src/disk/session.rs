@@ -302,7 +302,13 @@ impl DiskDev {
         if self.installed() != Some(t) {
             self.ctrl.lock().enter_reconnecting();
         }
-        if !self.drained() {
+        // Only a set on the drain's own transport ends the drain: a reconnect on the old
+        // transport, while the policy already wants the other, does not.
+        let drain_to = match self.policy.lock().state() {
+            PState::Draining { to } => Some(to),
+            _ => None,
+        };
+        if drain_to != Some(t) || !self.drained() {
             if let State::Reconnecting { since_ms } = was {
                 Stats::inc(&self.info.stats.reconnects);
                 pr_info!(
