@@ -32,6 +32,7 @@ const blk_features_t RDMADISK_BLK_FEAT_FUA = BLK_FEAT_FUA;
 const blk_features_t RDMADISK_BLK_FEAT_STABLE_WRITES = BLK_FEAT_STABLE_WRITES;
 const blk_opf_t RDMADISK_REQ_FUA = REQ_FUA;
 const unsigned int RDMADISK_BLK_MQ_F_SHOULD_MERGE = BLK_MQ_F_SHOULD_MERGE;
+const req_flags_t RDMADISK_RQF_DONTPREP = RQF_DONTPREP;
 
 /* For rust/socket.rs. */
 const gfp_t RDMADISK_GFP_NOIO = GFP_NOIO;

@@ -15,7 +15,7 @@ mod session;
 
 pub(crate) use knobs::ATTRS;
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::{
     new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
@@ -118,8 +118,8 @@ struct Ctrl {
     /// twice the I/O timeout), so a target that accepts connections but answers nothing still
     /// meets the loss timeout.
     outage_since: Option<i64>,
-    /// The `responses` count when the current set was installed, and when.
-    installed_responses: u64,
+    /// The `answered` count when the current set was installed, and when.
+    installed_answered: u64,
     installed_ms: i64,
 }
 
@@ -213,6 +213,7 @@ impl DiskDev {
                         max_credits: AtomicU32::new(u32::from(QUEUE_DEPTH)),
                     },
                     stats: Stats::default(),
+                    answered: AtomicU64::new(0),
                     faults,
                     io_wq,
                 },
@@ -227,7 +228,7 @@ impl DiskDev {
                         queues,
                         fast_fail: false,
                         outage_since: None,
-                        installed_responses: 0,
+                        installed_answered: 0,
                         installed_ms: 0,
                     },
                     "rdmadisk::disk::ctrl"
@@ -354,13 +355,27 @@ impl DiskDev {
     }
 
     /// Hands a request taken off a connection back to blk-mq to be reissued, or fails it if
-    /// the disk is failing its I/O.
+    /// the disk is failing its I/O. A request taken off a failed connection (not moved by a
+    /// planned `switch`) that was first issued more than `loss_timeout_s` ago fails too: a
+    /// target that answers everything but this request (or only keepalives) must not keep it
+    /// going round timeouts and reconnects for ever (nvme bounds its retries the same way).
     fn requeue_or_fail(&self, rq: DiskRq, switch: bool) {
         let fail = {
             let c = self.ctrl.lock();
             matches!(c.state, State::Deleting { force: true } | State::Failed)
         };
-        if fail {
+        let loss_ms = i64::from(self.loss_timeout_s()) * 1000;
+        let overdue = !fail && !switch && rq.pdu().age_ms() > loss_ms;
+        if overdue {
+            pr_err!(
+                "{}: a request of {} bytes at sector {} is still unanswered {} ms after it was first issued (loss_timeout_s): failing it\n",
+                self.name(),
+                rq.bytes(),
+                rq.sector(),
+                rq.pdu().age_ms()
+            );
+        }
+        if fail || overdue {
             Stats::inc(&self.info.stats.io_errors);
             rq.end(BlkStatus::IoErr);
         } else {
@@ -546,9 +561,12 @@ impl Driver for DiskDev {
     fn queue_rq(
         &self,
         hctx: &HwQueue<'_>,
-        rq: DiskRq,
+        mut rq: DiskRq,
         _last: bool,
     ) -> core::result::Result<(), (DiskRq, BlkStatus)> {
+        if rq.first_dispatch() {
+            rq.pdu().start();
+        }
         let q = {
             let c = self.ctrl.lock();
             match c.state {

@@ -9,7 +9,7 @@
 //! (reconnect, switch transport, give up). This module imports nothing of the disk, so the
 //! transports do not either.
 
-use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use kernel::sync::Arc;
 
 use crate::faults::Faults;
@@ -26,17 +26,34 @@ use crate::stats::Stats;
 pub(crate) fn now_ms() -> i64 {
     kernel::time::Ktime::ktime_get().to_ms()
 }
-/// Per-request driver data.
+/// Per-request driver data. It lives as long as the tag, so [`Pdu::start`] resets it when
+/// blk-mq hands the driver a new I/O (not a reissue of one).
 pub(crate) struct Pdu {
     /// Reissues after a CRC mismatch so far.
     pub(crate) crc_retries: AtomicU8,
+    /// When the driver was first handed this I/O (ms, ktime): however often it is reissued,
+    /// a request the target has not answered after `loss_timeout_s` fails (docs/design.md,
+    /// "When things go wrong").
+    issued_ms: AtomicI64,
 }
 
 impl Pdu {
     pub(crate) const fn new() -> Self {
         Self {
             crc_retries: AtomicU8::new(0),
+            issued_ms: AtomicI64::new(0),
         }
+    }
+
+    /// A new I/O on this tag.
+    pub(crate) fn start(&self) {
+        self.crc_retries.store(0, Ordering::Relaxed);
+        self.issued_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// How long ago the I/O was first handed to the driver, in ms.
+    pub(crate) fn age_ms(&self) -> i64 {
+        now_ms() - self.issued_ms.load(Ordering::Relaxed)
     }
 }
 
@@ -72,6 +89,9 @@ pub(crate) struct DiskInfo {
     pub(crate) max_io_bytes: AtomicU32,
     pub(crate) knobs: Knobs,
     pub(crate) stats: Stats,
+    /// Responses that ended or reissued a request (not keepalives, stale or fenced ones): the
+    /// proof that a new connection set really serves I/O, which ends an outage.
+    pub(crate) answered: AtomicU64,
     pub(crate) faults: Arc<Faults>,
     /// Where the connections' own work (TCP send and receive) runs (reclaim-safe).
     pub(crate) io_wq: Arc<ReclaimQueue>,

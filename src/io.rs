@@ -83,6 +83,9 @@ pub(crate) fn finish(
 ) -> Verdict {
     let stats = &info.stats;
     let bytes = u64::from(rq.bytes());
+    if resp.status != Status::Fenced {
+        info.answered.fetch_add(1, Ordering::Relaxed);
+    }
     let status = match resp.status {
         Status::Ok if op == Opcode::Read => {
             if info.faults.hit(Fault::CorruptRead) {

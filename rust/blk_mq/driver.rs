@@ -57,8 +57,8 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
 
     /// The request's timer expired while the driver owns it. The driver does not have the token
     /// here and must not assume ownership; it may end or requeue the request through the token
-    /// it holds elsewhere (before or after returning [`TimeoutAction::Done`]). Runs in process
-    /// context (the queue's timeout work) and may sleep briefly.
+    /// it holds elsewhere (for instance by resetting the connection the request is on). Runs
+    /// in process context (the queue's timeout work) and may sleep briefly.
     fn timeout(&self, rq: &RqRef<'_, Self::Pdu>) -> TimeoutAction;
 }
 

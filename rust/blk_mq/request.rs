@@ -278,6 +278,22 @@ impl<P: Send + Sync> Rq<P> {
         unsafe { raw::is_fua(self.ptr.as_ptr()) }
     }
 
+    /// True the first time the driver is handed this I/O; false when blk-mq hands it back
+    /// after a [`Rq::requeue`]. The mark is blk-mq's `RQF_DONTPREP`, as nvme uses it: blk-mq
+    /// clears it when it sets the request up for a new I/O, and keeps it across requeues
+    /// (which then bypass the I/O scheduler, so a reissue is not merged with anything).
+    pub(crate) fn first_dispatch(&mut self) -> bool {
+        let rq = self.ptr.as_ptr();
+        // SAFETY: We own the request, and `&mut self` makes this the only access to its flags
+        // while blk-mq has handed it to the driver (blk-mq reads them again only once the
+        // request is ended or requeued, both of which consume the token).
+        unsafe {
+            let first = (*rq).rq_flags & b::RDMADISK_RQF_DONTPREP == 0;
+            (*rq).rq_flags |= b::RDMADISK_RQF_DONTPREP;
+            first
+        }
+    }
+
     /// The driver's per-request data.
     pub(crate) fn pdu(&self) -> &P {
         // SAFETY: We own the request.

@@ -273,10 +273,9 @@ impl DiskDev {
                 c.state = State::Live;
                 c.fast_fail = false;
                 c.installed_ms = now_ms();
-                c.installed_responses = self
+                c.installed_answered = self
                     .info
-                    .stats
-                    .responses
+                    .answered
                     .load(core::sync::atomic::Ordering::Relaxed);
                 (Some(old), Some(was))
             }
@@ -547,19 +546,19 @@ impl DiskDev {
         self.ctrl.lock().outage_since.is_some()
     }
 
-    /// Ends the outage once the installed set has answered a request, or stayed up for twice
-    /// the I/O timeout.
+    /// Ends the outage once the installed set has answered a request (a keepalive's answer
+    /// is no proof: a target may answer those and nothing else), or stayed up for twice the
+    /// I/O timeout.
     fn check_outage_over(&self) {
-        let responses = self
+        let answered = self
             .info
-            .stats
-            .responses
+            .answered
             .load(core::sync::atomic::Ordering::Relaxed);
         let hold = 2 * i64::from(self.info.io_timeout_ms());
         let mut c = self.ctrl.lock();
         if c.outage_since.is_some()
             && c.state == State::Live
-            && (responses > c.installed_responses || now_ms() - c.installed_ms > hold)
+            && (answered > c.installed_answered || now_ms() - c.installed_ms > hold)
         {
             c.outage_since = None;
         }
