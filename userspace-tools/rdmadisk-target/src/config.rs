@@ -91,6 +91,14 @@ pub struct Args {
     /// probes succeed.
     #[arg(long, value_name = "PATH")]
     pub refuse_rdma_file: Option<PathBuf>,
+    /// TEST ONLY: never answer a read or write that covers this sector (a stuck region of the
+    /// backing store); everything else, keepalives included, is answered as usual.
+    #[arg(long, value_name = "SECTOR")]
+    pub stall_sector: Option<u64>,
+    /// TEST ONLY: responses grant no credits back (the Hello reply still grants the initial
+    /// ones), so a client runs out of credits with nothing in flight.
+    #[arg(long)]
+    pub grant_no_credits: bool,
 }
 
 /// One `[[export]]` table.
@@ -145,6 +153,8 @@ pub struct Config {
     pub no_invalidate: bool,
     pub hostile: Hostile,
     pub refuse_rdma_file: Option<PathBuf>,
+    pub stall_sector: Option<u64>,
+    pub grant_no_credits: bool,
     pub exports: Vec<ExportConf>,
 }
 
@@ -234,6 +244,8 @@ impl Config {
             no_invalidate: args.no_invalidate,
             hostile,
             refuse_rdma_file: args.refuse_rdma_file.clone(),
+            stall_sector: args.stall_sector,
+            grant_no_credits: args.grant_no_credits,
             exports,
         };
         if c.exports.is_empty() {

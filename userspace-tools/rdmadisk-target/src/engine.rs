@@ -35,6 +35,10 @@ pub struct Limits {
     pub hostile: Hostile,
     /// Test only: while this file exists, RDMA connections of client sessions are refused.
     pub refuse_rdma_file: Option<std::path::PathBuf>,
+    /// Test only: reads and writes covering this sector are never answered.
+    pub stall_sector: Option<u64>,
+    /// Test only: responses grant no credits back.
+    pub grant_no_credits: bool,
 }
 
 /// What a connection gets from a successful attach.
@@ -156,6 +160,22 @@ impl Target {
         })
     }
 
+    /// Test only (`--stall-sector`): whether `req` is a read or write this target never
+    /// answers. Counted.
+    pub fn stalls(&self, req: &Request) -> bool {
+        let Some(s) = self.limits.stall_sector else {
+            return false;
+        };
+        let len = u64::from(req.length) >> SECTOR_SHIFT;
+        let hit = matches!(req.opcode, Opcode::Read | Opcode::Write)
+            && req.sector <= s
+            && s < req.sector.saturating_add(len.max(1));
+        if hit {
+            Stats::inc(&self.stats.stalled_requests);
+        }
+        hit
+    }
+
     /// Counts one hostile act.
     pub fn count_hostile(&self, k: Kind) {
         Stats::inc(&self.stats.hostile_acts);
@@ -271,7 +291,7 @@ impl Target {
         Response {
             tag: req.tag,
             status,
-            credits: 1,
+            credits: u16::from(!self.limits.grant_no_credits),
             data_crc,
             length: if status == Status::Ok { req.length } else { 0 },
             rkey: req.buf.rkey,

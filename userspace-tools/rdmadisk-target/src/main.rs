@@ -126,6 +126,8 @@ fn run(cfg: Config) -> Result<(), String> {
         no_invalidate: cfg.no_invalidate,
         hostile: cfg.hostile.clone(),
         refuse_rdma_file: cfg.refuse_rdma_file.clone(),
+        stall_sector: cfg.stall_sector,
+        grant_no_credits: cfg.grant_no_credits,
     };
     if limits.hostile.enabled() {
         say(&hostile_warning(&limits));

@@ -493,6 +493,9 @@ impl Conn {
             self.respond(t, &req, st, 0, None);
             return;
         }
+        if t.stalls(&req) {
+            return;
+        }
         let n = req.length as usize;
         match req.opcode {
             Opcode::Read => {

@@ -79,6 +79,8 @@ counters! {
     fence_moves,
     /// Hellos refused Busy because the fence table was full.
     fence_table_full,
+    /// Requests never answered on purpose (--stall-sector).
+    stalled_requests,
     /// Hostile acts (--hostile), all kinds; one counter per kind follows.
     hostile_acts,
     hostile_unknown_tag,

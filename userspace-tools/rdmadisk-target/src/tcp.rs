@@ -161,6 +161,9 @@ fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
             }
         }
         let admitted = t.admit(&export, &req);
+        if admitted.is_ok() && t.stalls(&req) {
+            continue;
+        }
         let served = t.fenced(&fence, &req, || match admitted {
             Err(st) => (st, 0, 0),
             Ok(()) => match req.opcode {
