@@ -25,7 +25,7 @@ if [ $# -gt 0 ]; then tests=("$@"); else tests=("$HERE"/tests/*.sh); fi
 # this fails, each test's dk_build tries again and reports it.
 (cd "$TB_REPO/userspace-tools" && nice -n 10 cargo build -q --release -p rdmadisk-target) && export DK_BUILT=1
 
-n=0 pass=0 fail=0
+n=0 pass=0 fail=0 stuck=
 tap() { # tap ok|not-ok DESCRIPTION
   n=$((n + 1))
   if [ "$1" = ok ]; then pass=$((pass + 1)); echo "ok $n - $2"; else fail=$((fail + 1)); echo "not ok $n - $2"; fi
@@ -116,6 +116,15 @@ for t in "${tests[@]}"; do
     fi | sed 's/^/#   console: /'
   done
   if [ -n "$gone" ]; then echo "# stopping: the ${gone}VM is gone"; break; fi
+  # A VM whose agent no longer answers (a command stuck in the kernel) would make every later
+  # test wait out its time limit: stop here too. Its streamed kernel log is still read below.
+  for role in compute storage; do
+    tb_agent_ok "$role" && continue
+    stuck+="$role "
+    tap not-ok "$role VM still answers commands after $name"
+    tail -n 40 "$TB_DIR/$role.kmsg" 2>/dev/null | sed 's/^/#   kmsg: /'
+  done
+  if [ -n "$stuck" ]; then echo "# stopping: the ${stuck}VM no longer answers"; break; fi
 done
 
 # The kernel logs: what each VM's agent streamed (dmesg -w, readable even when a command
@@ -124,6 +133,7 @@ done
 # sourced into this shell, may have left a job of its own.)
 pids=()
 for role in compute storage; do
+  case " $stuck " in *" $role "*) echo "agent stuck" >"$TB_DIR/$role.dmesg.rc"; continue ;; esac
   if kill -0 "$(cat "$TB_DIR/$role.pid")" 2>/dev/null; then tb_collect_dmesg "$role" & pids+=($!); fi
 done
 [ ${#pids[@]} = 0 ] || wait "${pids[@]}"
@@ -141,6 +151,13 @@ for role in compute storage; do
        printf '#   %s\n' "${splats//$'\n'/$'\n'#   }" | head -n 60 ;;
     *) tap not-ok "$role: kernel log unreadable (${role}.kmsg or ${role}.dmesg)" ;;
   esac
+  # The taint flags catch a warning whose log line was lost (before the splat self-test,
+  # which taints on purpose).
+  if [ "$(cat "$TB_DIR/$role.dmesg.rc" 2>/dev/null)" = 0 ]; then
+    taint=$(tb_tainted "$role")
+    [ "$taint" = 0 ]
+    tap "$([ $? = 0 ] && echo ok || echo not-ok)" "$role: kernel not tainted (flags beyond out-of-tree modules: ${taint:-unreadable})"
+  fi
 done
 
 # The splat detector's own test (TB_SPLAT_SELFTEST=1, as make check runs it), after the

@@ -8,6 +8,8 @@
 #   tb_link up|down         set the link of both ends (qemu set_link), as a cable pull would
 #   tb_shutdown             collect dmesg (after a kmemleak scan) and power both off
 #   tb_splats FILE          print the kernel splats found in a dmesg file; status 1 if any
+#   tb_agent_ok ROLE        status 0 if the VM's agent still answers (a short command)
+#   tb_tainted ROLE         prints the kernel's taint flags beyond out-of-tree/unsigned modules
 
 TB_REPO=${TB_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 TB_COMPUTE_ADDR=192.0.2.1
@@ -77,7 +79,12 @@ on() {
   # A short poll: a run issues thousands of commands, most of which take well under a second.
   while [ ! -s "$q/$id.rc" ]; do
     if (( SECONDS - t0 > TB_CMD_TIMEOUT )); then
-      tb_log "timeout after ${TB_CMD_TIMEOUT}s on $role: $*"; cat "$q/$id.out" 2>/dev/null; return 124
+      tb_log "timeout after ${TB_CMD_TIMEOUT}s on $role: $*"; cat "$q/$id.out" 2>/dev/null
+      # Withdrawn if the agent has not taken it yet (it is stuck on an earlier one), so that
+      # it cannot run later, against whatever the next test set up. One it already took is
+      # not affected: the agent has read the whole file (`.`).
+      mv -f "$q/$id.sh" "$q.done/$id.withdrawn" 2>/dev/null
+      return 124
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
       tb_log "$role VM is gone while running: $*"; return 125
@@ -131,12 +138,30 @@ tb_shutdown() {
 }
 
 # Kernel reports that fail a run: warnings, bugs, lockdep, KFENCE, kmemleak, hung tasks,
-# sleeping in atomic context, RCU stalls, oopses.
-TB_SPLAT_RE='WARNING:|BUG:|Oops|general protection fault|Kernel panic|KFENCE:|kmemleak: [0-9]+ new suspected|unreferenced object 0x|possible recursive locking|possible circular locking|inconsistent lock state|possible irq lock inversion|suspicious RCU usage|DEBUG_LOCKS_WARN_ON|trying to register non-static key|sleeping function called from invalid context|blocked for more than|self-detected stall|rcu: INFO|UBSAN:|refcount_t:|list_add corruption|list_del corruption|stack-protector|RIP: 0010'
+# sleeping in atomic context, RCU stalls, oopses, lockups, and any other stack dump (a
+# "cannot create duplicate filename" or an allocation failure prints one with no header).
+TB_SPLAT_RE='WARNING:|BUG:|Oops|Call Trace:|hard LOCKUP|general protection fault|Kernel panic|KFENCE:|kmemleak: [0-9]+ new suspected|unreferenced object 0x|possible recursive locking|possible circular locking|inconsistent lock state|possible irq lock inversion|suspicious RCU usage|DEBUG_LOCKS_WARN_ON|trying to register non-static key|sleeping function called from invalid context|blocked for more than|self-detected stall|rcu: INFO|UBSAN:|refcount_t:|list_add corruption|list_del corruption|stack-protector|RIP: 0010'
 
 # tb_splats FILE...: prints the splat lines. Status 0: none; 1: some; 2: a file could not be
 # read (which must not pass as "none").
 tb_splats() {
   grep -hE "$TB_SPLAT_RE" "$@"
   case $? in 0) return 1 ;; 1) return 0 ;; *) return 2 ;; esac
+}
+
+# tb_agent_ok ROLE: the VM's agent answers a trivial command within 60 s. A command stuck in
+# the kernel (a driver bug) wedges the agent: every later command would wait out its own time
+# limit, so the runner stops instead.
+tb_agent_ok() {
+  [ "$(TB_CMD_TIMEOUT=60 on "$1" 'echo alive' 2>/dev/null)" = alive ]
+}
+
+# tb_tainted ROLE: the taint flags of the VM's kernel, less the out-of-tree (O, 4096) and
+# unsigned (E, 8192) module bits that loading the project's modules sets: a warning (W) or
+# any other taint shows even if its log line was lost. Prints the value (0: clean).
+tb_tainted() {
+  local t
+  t=$(on "$1" 'read -r t </proc/sys/kernel/tainted && echo $t') || return 2
+  [[ $t =~ ^[0-9]+$ ]] || return 2
+  echo $((t & ~(4096 | 8192)))
 }
