@@ -48,7 +48,7 @@ res $? "keepalive_ms=0: no keepalive in 3 s ($k1 -> $k2)"
 tr_set "$dev" keepalive_ms=1000 failover_threshold=1 loss_timeout_s=120 >/dev/null
 on storage "kill -STOP \$(cat $DK_TPID)" >/dev/null
 sleep 6
-out=$(on compute "dmesg | tail -n +$((${TR_MARK:-0} + 1)) | grep -c 'keepalive unanswered'")
+out=$(tr_kmsg_since | grep -c 'keepalive unanswered')
 ses=$(tr_get "$dev" session)
 on storage "kill -CONT \$(cat $DK_TPID)" >/dev/null
 n_gt "$out" 0 && [ "$ses" = draining-to-tcp ]

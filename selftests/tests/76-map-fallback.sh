@@ -28,7 +28,7 @@ dev=$DK_DEV
 out=$(on compute "cd /sys/block/$dev/rdmadisk && echo \$(cat active_transport session)")
 [ "$out" = "tcp probing" ]
 res $? "on TCP, probing RDMA (a failed map cannot tell a missing device from a missing path): active_transport, session '$out' (want 'tcp probing')"
-on compute "dmesg | tail -n +$((${TR_MARK:-0} + 1)) | grep -E 'd76: (no RDMA connection|mapped)'" | indent
+tr_kmsg_since | grep -E 'd76: (no RDMA connection|mapped)' | indent
 
 dk_fio f1 "--name=f1 --filename=/dev/$dev --rw=randwrite --bsrange=4k-64k --verify=crc32c --do_verify=1 --size=4M --iodepth=8 --randseed=76"
 res $? "verified fio over TCP: $FIO_SUM"
