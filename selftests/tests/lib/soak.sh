@@ -20,7 +20,7 @@ soak_uptime() { on compute "read -r u _ </proc/uptime; echo \$u"; }
 # soak_setup: target with two exports, disks d90 (fio) and e90 (ext4), the sampler and the
 # fio rounds. Sets SOAK_D, SOAK_E.
 soak_setup() {
-  local back fsback
+  local fsback
   on storage "mkdir -p /run/rdmadisk-tests; rm -f $SOAK_MARK" >/dev/null
   # netem sits on both NICs for the whole soak, unimpaired but for the netem episodes, which
   # only change its settings. Adding or deleting a root qdisc drops the packets sent while it is
@@ -28,9 +28,9 @@ soak_setup() {
   # that hit the compute VM's GSI QP (QP1), every later RDMA CM connect went unanswered until
   # the device was re-created. A lossy wire drops silently instead, as netem's loss does.
   soak_netem replace "" || return 1
-  back=$(dk_backing vol0 32M)
+  SOAK_BACK=$(dk_backing vol0 32M)
   fsback=$(dk_backing fs0 96M)
-  SOAK_TARGET_ARGS="--export vol0=$back --export fs0=$fsback --refuse-rdma-file $SOAK_MARK"
+  SOAK_TARGET_ARGS="--export vol0=$SOAK_BACK --export fs0=$fsback --refuse-rdma-file $SOAK_MARK"
   # shellcheck disable=SC2086 # word splitting intended
   dk_target_start $SOAK_TARGET_ARGS >/dev/null && dk_load &&
     dk_map_disk e90 fs0 queues=2 && SOAK_E=$DK_DEV && dk_map_disk d90 vol0 queues=2 && SOAK_D=$DK_DEV || return 1
@@ -63,13 +63,14 @@ echo \$n >$b.done" >"$b.sh"
   : >"$TB_DIR/$DK_ID.windows"
 }
 
-# soak_recovered: both disks live and their I/O moving again (bounded). Status 0 if so.
+# soak_recovered: both disks back on RDMA (every fault here passes, and RDMA with it) and
+# their I/O moving again (bounded). Status 0 if so.
 soak_recovered() {
   local d e
   read -r d e <<<"$(on compute "$DK_VM_DEFS
 for x in $SOAK_D $SOAK_E; do ios_sum /sys/block/\$x/rdmadisk/stats; echo -n \"\${S:-0} \"; done")"
-  tr_wait rec "$SOAK_D" "$SOAK_RECOVER_S" any ios "${d:-0}" >/dev/null &&
-    tr_wait rec "$SOAK_E" "$SOAK_RECOVER_S" any ios "${e:-0}" >/dev/null
+  tr_wait rec "$SOAK_D" "$SOAK_RECOVER_S" rdma ios "${d:-0}" >/dev/null &&
+    tr_wait rec "$SOAK_E" "$SOAK_RECOVER_S" rdma ios "${e:-0}" >/dev/null
 }
 
 soak_set_faults() { # soak_set_faults VALUE: corrupt_read/corrupt_write_crc every VALUE on both disks
@@ -81,46 +82,53 @@ soak_netem() { # soak_netem replace|change SETTINGS: netem with SETTINGS ("": no
     on storage "tc qdisc $1 dev \$(ls /sys/class/net | grep -m1 '^en') root netem $2" >/dev/null
 }
 
-# soak_fault KIND: one episode of KIND (see SOAK_KINDS), up to the disks' recovery.
+# soak_fault KIND: one episode of KIND (see SOAK_KINDS), up to the disks' recovery. Status 0
+# if every step of it did what it should (the device went, the disk moved, the target
+# restarted...): an episode whose fault was not really injected must not count as survived.
 soak_fault() {
-  local nic; nic=$(tr_nic)
+  local nic st=0
+  nic=$(tr_nic)
+  step() { "$@" >/dev/null || { st=1; echo "  $SOAK_EP: step failed: $*"; }; }
   case $1 in
     nic)
-      dk_timed nicdel 60 "rdma link delete rxe0" >/dev/null
-      tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp >/dev/null
-      on compute "rdma link add rxe0 type rxe netdev $nic" >/dev/null
-      tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma >/dev/null ;;
+      step dk_timed nicdel 60 "rdma link delete rxe0"
+      step tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp
+      step on compute "rdma link add rxe0 type rxe netdev $nic"
+      step tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma ;;
     link)
-      tb_link down; sleep 3; tb_link up ;;
+      step tb_link down; sleep 3; step tb_link up ;;
     netem)
-      soak_netem change "loss 1% delay 5ms"
+      step soak_netem change "loss 1% delay 5ms"
       sleep 10
-      soak_netem change "" ;;
+      step soak_netem change "" ;;
     kill)
-      on storage "read -r p <$DK_TPID && kill -KILL \$p" >/dev/null
+      step on storage "read -r p <$DK_TPID && kill -KILL \$p"
       sleep 2
       # shellcheck disable=SC2086
-      dk_target_start $SOAK_TARGET_ARGS >/dev/null ;;
+      step dk_target_start $SOAK_TARGET_ARGS ;;
     stop)
-      on storage "read -r p <$DK_TPID && kill -STOP \$p" >/dev/null
+      step on storage "read -r p <$DK_TPID && kill -STOP \$p && grep -q '^State:.*stopped' /proc/\$p/status"
       sleep 7
-      on storage "read -r p <$DK_TPID && kill -CONT \$p" >/dev/null ;;
+      step on storage "read -r p <$DK_TPID && kill -CONT \$p" ;;
     corrupt)
-      soak_set_faults 5; sleep 6; soak_set_faults 0 ;;
+      step soak_set_faults 5; sleep 6; step soak_set_faults 0 ;;
     flip)
-      tr_set "$SOAK_D" transport=tcp && tr_set "$SOAK_E" transport=tcp
-      tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp >/dev/null
-      tr_set "$SOAK_D" transport=auto && tr_set "$SOAK_E" transport=auto
-      tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma >/dev/null ;;
+      step tr_set "$SOAK_D" transport=tcp; step tr_set "$SOAK_E" transport=tcp
+      step tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp
+      step tr_set "$SOAK_D" transport=auto; step tr_set "$SOAK_E" transport=auto
+      step tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma ;;
     failback)
-      tr_set "$SOAK_D" transport=tcp && tr_set "$SOAK_E" transport=tcp
-      tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp >/dev/null
-      on storage "touch $SOAK_MARK" >/dev/null
-      tr_set "$SOAK_D" transport=auto && tr_set "$SOAK_E" transport=auto
+      step tr_set "$SOAK_D" transport=tcp; step tr_set "$SOAK_E" transport=tcp
+      step tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp
+      step on storage "touch $SOAK_MARK"
+      step tr_set "$SOAK_D" transport=auto; step tr_set "$SOAK_E" transport=auto
       sleep 8
-      on storage "rm -f $SOAK_MARK" >/dev/null
-      tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma >/dev/null ;;
+      # The failback was refused meanwhile, and the disk kept serving on TCP.
+      step tr_wait still "$SOAK_D" 1 tcp
+      step on storage "rm -f $SOAK_MARK"
+      step tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma ;;
   esac
+  return $st
 }
 
 # soak_run N: N cycles, each episode a window; prints progress. The first kind in SOAK_KINDS
@@ -134,12 +142,12 @@ soak_run() {
   for ((i = 1; i <= n; i++)); do
     for k in $SOAK_KINDS; do
       [ "$k" = "$main" ] || (( i % every == 0 )) || continue
+      SOAK_EP="$k #$i"
       t0=$(soak_uptime)
-      soak_fault "$k"
-      soak_recovered; ok=$?
+      soak_fault "$k"; ok=$?
+      soak_recovered || { [ $ok = 0 ] && echo "  $k #$i: the disks were not back on RDMA with I/O moving within $SOAK_RECOVER_S s"; ok=1; }
       t1=$(soak_uptime)
       echo "$k $i $t0 $t1 $([ $ok = 0 ] && echo yes || echo no)" >>"$TB_DIR/$DK_ID.windows"
-      [ $ok = 0 ] || echo "  $k #$i: the disks did not recover within $SOAK_RECOVER_S s"
     done
     echo "  soak cycle $i/$n done ($((SECONDS - t_start)) s)"
   done
@@ -156,6 +164,8 @@ soak_finish() {
   bad=$(awk '$1 != 0 { print FILENAME }' "$b".r*.rc 2>/dev/null | wc -l)
   [ -e "$b.done" ] && [ "$rounds" -gt 0 ] && [ "$bad" = 0 ]
   res $? "fio through every fault: $rounds verified rounds, $bad failed"
+  dk_check_image "$SOAK_D" "$SOAK_BACK"
+  res $? "d90 read whole through the driver is its backing file: $DK_BACKING"
   fs_stop soak
   res $? "$FS_SUM"
   fs_check soak "$SOAK_E"
@@ -252,7 +262,12 @@ death() {
   on compute "rm -f $b.dd.rc $b.dd.log
 setsid bash -c 'dd if=/dev/urandom of=/dev/$dev bs=1M count=48 seek=8 conv=fsync >$b.dd.log 2>&1; echo \$? >$b.dd.rc' </dev/null >/dev/null 2>&1 &" >/dev/null
   dk_fio_bg "$tag" "--name=$tag --filename=/dev/$dev --rw=randwrite --bs=64k --size=6M --iodepth=8 --time_based --runtime=600"
-  sleep 8
+  # The death comes once both are under way (writes reaching the target), not after a fixed
+  # time: the buffered dd must still have dirty data to write back when the target dies.
+  tr_wait busy "$dev" 60 any ios 50 >/dev/null
+  res $? "[$tag] buffered dd and direct fio under way ($TR_WAIT)"
+  [ ! -e "$b.dd.rc" ]
+  res $? "[$tag] the buffered dd has not finished before the target dies"
   on storage "kill -$sig \$(cat $DK_TPID); sleep 0.5; grep State /proc/\$(cat $DK_TPID)/status 2>/dev/null || echo gone" | indent "target: "
   t0=$SECONDS
   while (( SECONDS - t0 < LOSS + MARGIN + 30 )); do
@@ -265,13 +280,18 @@ setsid bash -c 'dd if=/dev/urandom of=/dev/$dev bs=1M count=48 seek=8 conv=fsync
   tail -n 2 "$b.dd.log" 2>/dev/null | indent "dd: "
   [ -n "$dd_rc" ] && [ "$dd_rc" != 0 ] && [ -n "$fio_rc" ] && [ "$fio_rc" != 0 ] && (( took <= LOSS + MARGIN ))
   res $? "[$tag] target SIG$sig for good: buffered dd+fsync and direct fio both fail, after ${took} s (limit loss_timeout_s $LOSS + $MARGIN s): dd rc=${dd_rc:-none} fio rc=${fio_rc:-none}"
-  on compute "ps -eo stat=,comm=,wchan:32= | awk '\$1 ~ /^D/ && \$2 !~ /^(kworker|jbd2|rcu)/' | grep . && exit 1; exit 0" | indent "D state: "
-  res "${PIPESTATUS[0]}" "[$tag] no task left in D state"
+  # Kernel workers too (a stuck session or I/O work would be one), but only a task in D state
+  # at two looks 5 s apart: a worker passes through D briefly all the time.
+  on compute "d() { ps -eo pid=,stat=,comm=,wchan:32= | awk '\$2 ~ /^D/ && \$3 !~ /^(jbd2|rcu)/'; }
+a=\$(d); sleep 5; b=\$(d)
+stuck=\$(printf '%s\\n' \"\$b\" | while read -r p rest; do [ -n \"\$p\" ] && printf '%s\\n' \"\$a\" | grep -q \"^ *\$p \" && echo \"\$p \$rest\"; done)
+[ -z \"\$stuck\" ] || { echo \"\$stuck\"; exit 1; }" | indent "D state: "
+  res "${PIPESTATUS[0]}" "[$tag] no task left in D state (two looks 5 s apart)"
   c=$(on compute "cat /sys/block/$dev/rdmadisk/state")
   before=$(tr_stat "$dev" tcp_connects connect_failures probes)
   sleep 12
   after=$(tr_stat "$dev" tcp_connects connect_failures probes)
-  [ "$c" = failed ] && [ "$before" = "$after" ]
+  [ "$c" = failed ] && [[ $before =~ ^[0-9]+\ [0-9]+\ [0-9]+$ ]] && [ "$before" = "$after" ]
   res $? "[$tag] the disk is failed ('$c') and stopped reconnecting (tcp_connects connect_failures probes: $before -> $after over 12 s)"
   dk_unmap "$dev" normal && dk_gone "$dev" 30 && dk_timed rmmod 60 "rmmod rdmadisk" >/dev/null
   res $? "[$tag] unmap normal and rmmod succeed after the death"
