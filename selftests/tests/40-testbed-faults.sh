@@ -31,15 +31,17 @@ result $? "link down (qemu set_link on both ends) stops traffic; link up restore
 # Drop on input, not output: a locally rejected send moves rxe's GSI QP (QP1) to the error
 # state, after which no CM traffic flows until the device is recreated; that would test rxe,
 # not an unhealthy fabric.
-on storage "setsid busybox nc -l -p 7001 >tcp-got.txt 2>&1 </dev/null & setsid rping -s -a $peer -C 3 >rping-server.1 2>&1 </dev/null & sleep 1" >/dev/null
+on storage "setsid busybox nc -l -p 7001 >tcp-got.txt 2>&1 </dev/null & setsid rping -s -a $peer -C 3 >rping-server.1 2>&1 </dev/null &" >/dev/null
 on compute "nft add table ip rdmadisk_fault && nft add chain ip rdmadisk_fault in '{ type filter hook input priority 0; }' && nft add rule ip rdmadisk_fault in udp dport 4791 drop" >/dev/null
 on compute "! timeout 12 rping -c -a $peer -C 3" >/dev/null; roce_blocked=$?
-on compute "echo tcp-still-flows | busybox nc -w 5 $peer 7001" >/dev/null
+# The listener may take a moment to start under TCG: the client tries again while refused.
+on compute "for i in \$(seq 10); do echo tcp-still-flows | busybox nc -w 5 $peer 7001 && exit 0; sleep 1; done; exit 1" >/dev/null
 on storage "sleep 1; grep -q tcp-still-flows tcp-got.txt" >/dev/null; tcp_ok=$?
 on compute "nft delete table ip rdmadisk_fault" >/dev/null
 [ $roce_blocked = 0 ] && [ $tcp_ok = 0 ]
 result $? "nftables drop of UDP 4791 blocks RoCEv2 (rping fails) while TCP still flows"
-on storage "pkill rping; sleep 1; setsid rping -s -a $peer -C 3 >rping-server.2 2>&1 </dev/null & sleep 1" >/dev/null
-on compute "timeout 60 rping -c -a $peer -C 3" >/dev/null
+on storage "pkill rping; sleep 1; setsid rping -s -a $peer -C 3 >rping-server.2 2>&1 </dev/null &" >/dev/null
+# Again, the server may not listen yet: a refused connect is tried again (at most 10 times).
+on compute "for i in \$(seq 10); do timeout 60 rping -c -a $peer -C 3 && exit 0; sleep 2; done; exit 1" >/dev/null
 result $? "with the rule removed, rping (rdma_cm over rxe) connects again"
 on storage "pkill rping; pkill -f 'nc -l -p 7001'; true" >/dev/null
