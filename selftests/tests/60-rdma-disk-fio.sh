@@ -106,20 +106,22 @@ dk_check_backing "$dev" "$back" 40 2
 res $? "the backing file on the storage VM holds what was written, where it was written: $DK_BACKING"
 
 # 4. Read-only: the same export mapped with ro reads the same bytes and refuses writes.
-sum_rw=$(on compute "dd if=/dev/$dev bs=1M count=8 iflag=direct status=none | sha256sum")
+# pipefail: a failed read must not pass as the sha256 of nothing.
+sum_rw=$(on compute "set -o pipefail; dd if=/dev/$dev bs=1M count=8 iflag=direct status=none | sha256sum") || sum_rw=
 dk_unmap "$dev" normal && dk_gone "$dev" 10
 res $? "unmap normal after fio: /sys/block/$dev and /dev/$dev gone"
 if dk_map_disk d60 vol0 ro; then
   ro=$DK_DEV
   dk_tsnap; w0=$(tstat writes)
-  sum_ro=$(on compute "dd if=/dev/$ro bs=1M count=8 iflag=direct status=none | sha256sum")
+  sum_ro=$(on compute "set -o pipefail; dd if=/dev/$ro bs=1M count=8 iflag=direct status=none | sha256sum") || sum_ro=
   out=$(on compute "cat /sys/block/$ro/ro; blockdev --getro /dev/$ro; (dd if=/dev/zero of=/dev/$ro bs=4k count=1 oflag=direct conv=notrunc status=none) 2>&1; echo dd=\$?")
   printf '%s\n' "$out" | indent
   dk_tsnap
   [ "$(head -n2 <<<"$out" | tr '\n' ' ')" = "1 1 " ] && ! grep -q '^dd=0$' <<<"$out" && n_eq "$(tstat writes)" "$w0"
   res $? "map ro: /sys/block/$ro/ro and blockdev --getro are 1; a 4 KiB direct write fails and never reaches the target (writes $w0 -> $(tstat writes))"
-  [ -n "$sum_rw" ] && [ "$sum_ro" = "$sum_rw" ]
-  res $? "map ro: the first 8 MiB read the same as through the read-write mapping (${sum_ro%% *})"
+  on storage "set -o pipefail; dd if=$back bs=1M count=8 status=none | sha256sum" >"$TB_DIR/$DK_ID.sum-back"
+  [ -n "$sum_rw" ] && [ "$sum_ro" = "$sum_rw" ] && [ "${sum_rw%% *}" = "$(cut -d' ' -f1 "$TB_DIR/$DK_ID.sum-back")" ]
+  res $? "map ro: the first 8 MiB read the same as through the read-write mapping and as the backing file (${sum_ro%% *})"
   dk_unmap "$ro" normal && dk_gone "$ro" 10
   res $? "unmap normal of the read-only disk"
 else
