@@ -100,6 +100,8 @@ tr_rounds_stop s 300
 res $? "fio through the drill: every round finished with no error, data verified: $FIO_SUM"
 dk_check_backing "$dev" "$back" 8 1
 res $? "after the drill: the backing file holds what was written, where it was written: $DK_BACKING"
+dk_check_image "$dev" "$back"
+res $? "after it all: the whole disk read through the driver is the backing file: $DK_BACKING"
 
 dk_csnap "$dev"
 dk_show client "$DK_CS"

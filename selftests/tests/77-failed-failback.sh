@@ -64,6 +64,8 @@ tr_wait rdma "$dev" 120 rdma rdma_ios "$(tr_stat "$dev" rdma_ios)"
 res $? "marker removed: back on RDMA with I/O flowing ($TR_WAIT)"
 tr_rounds_stop f 300
 res $? "fio through it all: every round verified with no error: $FIO_SUM"
+dk_check_image "$dev" "$back"
+res $? "after it all: the whole disk read through the driver is the backing file: $DK_BACKING"
 dk_csnap "$dev"
 n_eq "$(cstat io_errors)" 0
 res $? "io_errors=$(cstat io_errors), failbacks=$(cstat failbacks), connect_failures=$(cstat connect_failures)"

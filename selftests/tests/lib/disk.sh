@@ -406,6 +406,9 @@ dk_cleanup() {
     [ -e "$p" ] && on compute "kill -KILL -- -\$(cat $p) 2>/dev/null; true" >/dev/null
   done
   for m in $DK_MOUNTS; do on compute "! mountpoint -q $m || umount $m || umount -l $m" >/dev/null; done
+  # Mounts of this driver's disks that a killed test's shell no longer knows of (after_timeout
+  # runs in a new one): they would pin the module for the next tests.
+  on compute "while read -r src mnt _; do case \$src in /dev/rdmadisk*) umount \$mnt 2>/dev/null || umount -l \$mnt ;; esac; done </proc/mounts; true" >/dev/null
   dk_timed cleanup 120 "
 L=(); [ -r $DK_CTL/devices ] && mapfile -t L <$DK_CTL/devices
 for l in \"\${L[@]}\"; do echo force >/sys/block/\${l%% *}/rdmadisk/unmap; done
