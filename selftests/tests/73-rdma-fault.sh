@@ -14,6 +14,10 @@
 # rule's removal it is back on RDMA with rdma_ios rising, failbacks up, and at least
 # failback_probes successful probes since the removal; the rule dropped packets; every fio
 # round without error and verified; io_errors=0; no kernel splat.
+#
+# A second RDMA device (rxe73, on a veth, unrelated to the target) is removed while the
+# disk is on TCP probing: the disk must keep probing (RDMA is still in reach through rxe0),
+# not stop as if the last device had gone.
 
 # shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
@@ -27,7 +31,8 @@ T=rdmadisk_t73
 tr_dmesg_mark
 
 unblock() { on compute "nft list table ip $T >/dev/null 2>&1 && nft delete table ip $T; true" >/dev/null; }
-finish() { tr_rounds_stop f 300 >/dev/null; unblock; dk_cleanup; }
+second_gone() { on compute "rdma link delete rxe73 2>/dev/null; ip link delete v73a 2>/dev/null; true" >/dev/null; }
+finish() { tr_rounds_stop f 300 >/dev/null; unblock; second_gone; dk_cleanup; }
 
 back=$(dk_backing vol0 16M)
 dk_target_start --export "vol0=$back" >/dev/null && dk_load && dk_map_disk d73 vol0
@@ -39,6 +44,11 @@ tr_set "$dev" io_timeout_ms=3000 failover_threshold=2 failover_window_ms=60000 p
   failback_probes=$PROBES loss_timeout_s=120
 if ! res $? "io_timeout_ms=3000 failover_threshold=2 failover_window_ms=60000 probe_interval_ms=1000 failback_probes=$PROBES loss_timeout_s=120"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
+fi
+
+on compute "ip link add v73a type veth peer name v73b && ip link set v73a up && ip link set v73b up && rdma link add rxe73 type rxe netdev v73a" >/dev/null
+if ! res $? "a second RDMA device, rxe73 on a veth"; then
+  second_gone; dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 
 read -r r0 <<<"$(tr_stat "$dev" rdma_ios)"
@@ -74,6 +84,12 @@ n_gt "$t3" "$t2" && [ "$act" = tcp ] && n_eq "$b3" "$b2"
 res $? "$HOLD s with RoCEv2 still dropped: active_transport $act, tcp_ios $t2 -> $t3, failbacks $b2 -> $b3"
 n_gt "$pf3" "$pf2"
 res $? "the probes fail meanwhile: probes $p2 -> $p3, probe_failures $pf2 -> $pf3"
+dk_timed del73 30 "rdma link delete rxe73" >/dev/null
+sleep 2
+ses=$(tr_get "$dev" session)
+[ "$ses" = probing ]
+res $? "the unrelated rxe73 removed: the disk keeps probing RDMA (session '$ses')"
+second_gone
 
 # 3. The rule removed: back to RDMA after failback_probes good probes.
 drops=$(on compute "nft list table ip $T" | sed -n 's/.*counter packets \([0-9]*\) .*/\1/p')
@@ -93,6 +109,8 @@ res $? "the rule dropped RoCEv2 packets (counter: ${drops:-?})"
 sleep 3
 tr_rounds_stop f 300
 res $? "fio through the fault: every round finished with no error, data verified: $FIO_SUM"
+dk_check_image "$dev" "$back"
+res $? "after it all: the whole disk read through the driver is the backing file: $DK_BACKING"
 dk_csnap "$dev"
 dk_show client "$DK_CS"
 out=$(on compute "cd /sys/block/$dev/rdmadisk && echo \$(cat state) \$(cat active_transport) \$(cat session)")
