@@ -356,7 +356,7 @@ impl DiskDev {
 
     /// Hands a request taken off a connection back to blk-mq to be reissued, or fails it if
     /// the disk is failing its I/O. A request taken off a failed connection (not moved by a
-    /// planned `switch`) that was first issued more than `loss_timeout_s` ago fails too: a
+    /// planned `switch`) that was first sent more than `loss_timeout_s` ago fails too: a
     /// target that answers everything but this request (or only keepalives) must not keep it
     /// going round timeouts and reconnects for ever (nvme bounds its retries the same way).
     fn requeue_or_fail(&self, rq: DiskRq, switch: bool) {
@@ -368,7 +368,7 @@ impl DiskDev {
         let overdue = !fail && !switch && rq.pdu().age_ms() > loss_ms;
         if overdue {
             pr_err!(
-                "{}: a request of {} bytes at sector {} is still unanswered {} ms after it was first issued (loss_timeout_s): failing it\n",
+                "{}: a request of {} bytes at sector {} is still unanswered {} ms after it was first sent (loss_timeout_s): failing it\n",
                 self.name(),
                 rq.bytes(),
                 rq.sector(),
@@ -586,7 +586,14 @@ impl Driver for DiskDev {
             }
         };
         match q {
-            Some(q) => q.submit(rq),
+            Some(q) => {
+                let first = rq.pdu().sending();
+                q.submit(rq).inspect_err(|(rq, _)| {
+                    if first {
+                        rq.pdu().unsent();
+                    }
+                })
+            }
             None => Err((rq, BlkStatus::Resource)),
         }
     }

@@ -31,29 +31,46 @@ pub(crate) fn now_ms() -> i64 {
 pub(crate) struct Pdu {
     /// Reissues after a CRC mismatch so far.
     pub(crate) crc_retries: AtomicU8,
-    /// When the driver was first handed this I/O (ms, ktime): however often it is reissued,
-    /// a request the target has not answered after `loss_timeout_s` fails (docs/design.md,
-    /// "When things go wrong").
-    issued_ms: AtomicI64,
+    /// When the I/O was first given to a connection (ms, ktime; 0: not yet). However often it
+    /// is reissued, a request the target has not answered `loss_timeout_s` after that fails
+    /// (docs/design.md, "When things go wrong"). Time spent waiting for a connection does not
+    /// count: the disk's own loss timeout bounds that.
+    sent_ms: AtomicI64,
 }
 
 impl Pdu {
     pub(crate) const fn new() -> Self {
         Self {
             crc_retries: AtomicU8::new(0),
-            issued_ms: AtomicI64::new(0),
+            sent_ms: AtomicI64::new(0),
         }
     }
 
     /// A new I/O on this tag.
     pub(crate) fn start(&self) {
         self.crc_retries.store(0, Ordering::Relaxed);
-        self.issued_ms.store(now_ms(), Ordering::Relaxed);
+        self.sent_ms.store(0, Ordering::Relaxed);
     }
 
-    /// How long ago the I/O was first handed to the driver, in ms.
+    /// The I/O is being given to a connection: starts its clock if this is the first time.
+    /// True if it did (see [`Pdu::unsent`]).
+    pub(crate) fn sending(&self) -> bool {
+        self.sent_ms
+            .compare_exchange(0, now_ms().max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The connection did not take it after all (`sending` returned true).
+    pub(crate) fn unsent(&self) {
+        self.sent_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// How long ago the I/O was first given to a connection, in ms (0 if never).
     pub(crate) fn age_ms(&self) -> i64 {
-        now_ms() - self.issued_ms.load(Ordering::Relaxed)
+        match self.sent_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            t => now_ms() - t,
+        }
     }
 }
 
@@ -89,8 +106,8 @@ pub(crate) struct DiskInfo {
     pub(crate) max_io_bytes: AtomicU32,
     pub(crate) knobs: Knobs,
     pub(crate) stats: Stats,
-    /// Responses that ended or reissued a request (not keepalives, stale or fenced ones): the
-    /// proof that a new connection set really serves I/O, which ends an outage.
+    /// Responses that ended or reissued a request, or answered a keepalive (not stale or
+    /// fenced ones): the proof that a new connection set is served, which ends an outage.
     pub(crate) answered: AtomicU64,
     pub(crate) faults: Arc<Faults>,
     /// Where the connections' own work (TCP send and receive) runs (reclaim-safe).

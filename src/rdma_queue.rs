@@ -589,6 +589,9 @@ impl RdmaQueue {
                 return self.fail_locked(g, "unexpected keepalive response");
             }
             g.send_credits.complete();
+            // The target serves this connection: that ends an outage (an idle disk has no
+            // other answers); one request it never answers is bounded on its own.
+            self.host.info().answered.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let Some(io) = g

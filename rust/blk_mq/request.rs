@@ -284,9 +284,14 @@ impl<P: Send + Sync> Rq<P> {
     /// (which then bypass the I/O scheduler, so a reissue is not merged with anything).
     pub(crate) fn first_dispatch(&mut self) -> bool {
         let rq = self.ptr.as_ptr();
-        // SAFETY: We own the request, and `&mut self` makes this the only access to its flags
-        // while blk-mq has handed it to the driver (blk-mq reads them again only once the
-        // request is ended or requeued, both of which consume the token).
+        // SAFETY: We own the request, so it is allocated and started, and `&mut self` keeps
+        // every other user of the token away. blk-mq's own writes of `rq_flags` while the
+        // driver owns a request are plain stores too: `blk_mq_start_request` (just before
+        // `queue_rq`, on this CPU) and the timeout work, which sets and then clears
+        // `RQF_TIMED_OUT` only for a request whose timer expired. That cannot be a request
+        // being dispatched for the first time (its timer was armed an instant ago); and on a
+        // reissue the flag is already set, so this stores back exactly what it read. nvme
+        // (`nvme_setup_cmd`) and SCSI use the flag the same way.
         unsafe {
             let first = (*rq).rq_flags & b::RDMADISK_RQF_DONTPREP == 0;
             (*rq).rq_flags |= b::RDMADISK_RQF_DONTPREP;

@@ -37,7 +37,7 @@ if res $? "[stuck] target (--stall-sector $STALL); insmod; map: /dev/${DK_DEV:-?
   # Issued at 0, timed out and reissued every 3 s: failed at the first timeout after 8 s.
   is_num "$ms" && (( ms <= 30000 ))
   res $? "[stuck] the read of sector $STALL failed after ${ms:-?} ms (want an error within loss_timeout_s + 2 x io_timeout_ms + 8 s)"
-  n=$(tr_kmsg_since | grep -c "still unanswered .* after it was first issued")
+  n=$(tr_kmsg_since | grep -c "still unanswered .* after it was first sent")
   n_gt "$n" 0
   res $? "[stuck] the driver said why ($n lines: still unanswered after loss_timeout_s)"
   dk_fio_wait other 120 >/dev/null

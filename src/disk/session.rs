@@ -546,9 +546,9 @@ impl DiskDev {
         self.ctrl.lock().outage_since.is_some()
     }
 
-    /// Ends the outage once the installed set has answered a request (a keepalive's answer
-    /// is no proof: a target may answer those and nothing else), or stayed up for twice the
-    /// I/O timeout.
+    /// Ends the outage once the installed set has answered a request or a keepalive, or
+    /// stayed up for twice the I/O timeout. (A target that answers keepalives but not some
+    /// request cannot keep that request alive: it fails once `loss_timeout_s` old.)
     fn check_outage_over(&self) {
         let answered = self
             .info
