@@ -125,6 +125,9 @@ for t in "${tests[@]}"; do
     tail -n 40 "$TB_DIR/$role.kmsg" 2>/dev/null | sed 's/^/#   kmsg: /'
   done
   if [ -n "$stuck" ]; then echo "# stopping: the ${stuck}VM no longer answers"; break; fi
+  # A soft-RoCE device whose QP1 died in this test (TESTBED.md) would fail every later RDMA
+  # test: re-created here, and said (a diagnostic: the test that caused it has its verdict).
+  tb_qp1_heal | sed "s/^/# after $name: /"
 done
 
 # The kernel logs: what each VM's agent streamed (dmesg -w, readable even when a command

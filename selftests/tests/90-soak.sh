@@ -38,7 +38,7 @@ soak_run "$N"
 echo "  $N cycle(s) of: $SOAK_KINDS in $((SECONDS - t0)) s"
 notrec=$(awk '$5 != "yes"' "$TB_DIR/$DK_ID.windows" | head)
 [ -z "$notrec" ]
-res $? "every fault episode ($(grep -c . "$TB_DIR/$DK_ID.windows")) recovered within ${SOAK_RECOVER_S} s${notrec:+; not: $notrec}"
+res $? "every fault episode ($(grep -c . "$TB_DIR/$DK_ID.windows")) recovered within ${SOAK_RECOVER_S} s, back on RDMA (rxe0 re-created for soft-RoCE's QP1 after $(awk '$6 == 1' "$TB_DIR/$DK_ID.windows" | wc -l) of them)${notrec:+; not: $notrec}"
 soak_finish
 soak_report >"$TB_DIR/soak.md"
 sed 's/^/  /' "$TB_DIR/soak.md"

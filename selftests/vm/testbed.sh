@@ -10,6 +10,7 @@
 #   tb_splats FILE          print the kernel splats found in a dmesg file; status 1 if any
 #   tb_agent_ok ROLE        status 0 if the VM's agent still answers (a short command)
 #   tb_tainted ROLE         prints the kernel's taint flags beyond out-of-tree/unsigned modules
+#   tb_qp1_ok, tb_qp1_heal  check / re-create rxe0 where soft-RoCE's QP1 is stuck in error
 
 TB_REPO=${TB_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 TB_COMPUTE_ADDR=192.0.2.1
@@ -164,4 +165,35 @@ tb_tainted() {
   t=$(on "$1" 'read -r t </proc/sys/kernel/tainted && echo $t') || return 2
   [[ $t =~ ^[0-9]+$ ]] || return 2
   echo $((t & ~(4096 | 8192)))
+}
+
+# tb_qp1_state ROLE: the state of rxe0's GSI QP (QP1, which carries rdma_cm's messages).
+tb_qp1_state() {
+  on "$1" "rdma res show qp link rxe0/1 lqpn 1 2>/dev/null" | sed -n 's/.* state \([A-Z_]*\) .*/\1/p'
+}
+
+# tb_qp1_ok: status 0 if rxe0's QP1 is in RTS on both VMs; prints each side that is not.
+# Soft-RoCE moves QP1 to the error state when one of its sends fails locally (sent while the
+# link is down, say) and nothing brings it back: rdma_cm is dead on that device until the
+# device is re-created (TESTBED.md). No driver above it can repair that.
+tb_qp1_ok() {
+  local role st bad=0
+  for role in compute storage; do
+    st=$(tb_qp1_state "$role")
+    [ "$st" = RTS ] && continue
+    echo "$role: rxe0 QP1 state ${st:-unknown}"
+    bad=1
+  done
+  return $bad
+}
+
+# tb_qp1_heal: re-creates rxe0 on each VM whose QP1 is not in RTS; prints what it did.
+tb_qp1_heal() {
+  local role st
+  for role in compute storage; do
+    st=$(tb_qp1_state "$role")
+    [ "$st" = RTS ] && continue
+    on "$role" "rdma link delete rxe0; rdma link add rxe0 type rxe netdev \$(cat $TB_DIR/$role.nic)" >/dev/null
+    echo "$role: rxe0 re-created (its QP1 was ${st:-unknown}; now $(tb_qp1_state "$role"))"
+  done
 }
