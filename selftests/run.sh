@@ -45,7 +45,7 @@ report() {
   done
 }
 
-# after_timeout NAME: what a killed test left in the VMs (its fio runs, unmounted mounts, mapped
+# after_timeout NAME: what a killed (or early-exited) test left in the VMs (its fio runs, unmounted mounts, mapped
 # disks, the module, its target and backing files, a deleted rxe0), cleaned up with the disk
 # tests' helpers, best effort and bounded (60 s a command, 300 s in all), so the next tests
 # start from a clean bed. Its output goes to the test's log.
@@ -98,6 +98,10 @@ for t in "${tests[@]}"; do
     echo "# $name: cleanup after the timeout (status $?, $((SECONDS - t1))s)"
   elif [ $rc -ne 0 ] && [ "$REPORTED_FAIL" = 0 ]; then
     tap not-ok "$name: exited with status $rc"
+    # It stopped half-way: what it left (mapped disks, mounts, the module, fio) would fail the
+    # tests after it.
+    t1=$SECONDS; after_timeout "$name"
+    echo "# $name: cleanup after the early exit (status $?, $((SECONDS - t1))s)"
   elif [ "$REPORTED" = 0 ]; then
     tap not-ok "$name: reported no result (no 'ok' or 'not ok' line)"
   fi

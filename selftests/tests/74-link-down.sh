@@ -99,7 +99,7 @@ if [ $rc != 0 ] && ! tb_qp1_ok | indent; then
   tr_wait rdma "$dev" "$BACK" rdma
   rc=$?
 fi
-res $rc "and the disk is on RDMA within $BACK s (after $TR_MS ms${healed:+, once rxe0 was re-created: soft-RoCE's QP1 had gone to the error state}): $TR_WAIT"
+res $rc "and the disk is on RDMA within $BACK s (after $TR_MS ms${healed:+, once rxe0 was re-created: its soft-RoCE QP1 had gone to the error state}): $TR_WAIT"
 sleep 3
 tr_rounds_stop l 300
 res $? "fio through the outage: every round finished with no error, data verified: $FIO_SUM"
