@@ -90,7 +90,8 @@ n_le $(((DOWN - 1) * 1000)) "$stall"
 res $? "the I/O stalled while the link was down: longest stretch without a completion $stall ms (at least $(((DOWN - 1) * 1000)) ms)"
 tr_wait rdma "$dev" "$BACK" rdma
 rc=$? healed=
-if [ $rc != 0 ] && ! tb_qp1_ok | indent; then
+if [ $rc != 0 ] && ! qp1=$(tb_qp1_ok); then
+  printf '%s\n' "$qp1" | indent
   # Soft-RoCE's QP1 died during the cable pull (a send of it failed while the link was down):
   # rdma_cm is dead on that device, which no driver above it can repair (TESTBED.md). What
   # is left to show: the disk kept serving on TCP, and returns once RDMA works again.
