@@ -26,12 +26,17 @@ fi
 dev=$DK_DEV
 F=/sys/kernel/debug/rdmadisk/$dev
 
-map_started() { # map_started NAME: waits (30 s at most) until NAME is in ctl/devices, connecting
-  on compute "$DK_VM_DEFS
-for ((i = 0; i < 150; i++)); do
-  while read -r _ n _ _ s; do [ \"\$n\" = '$1' ] && [ \"\$s\" = connecting ] && exit 0; done 2>/dev/null <$DK_CTL/devices
-  pause 0.2
-done; exit 1"
+# map_started NAME: waits (30 s at most) until NAME is in ctl/devices, connecting. Short
+# commands from here: the VM's agent runs one command at a time, and a loop there could take
+# the agent before the map's own command (started in the background just before) reaches it.
+map_started() {
+  local i
+  for ((i = 0; i < 60; i++)); do
+    on compute "cat $DK_CTL/devices" 2>/dev/null |
+      awk -v n="$1" '$2 == n && $5 == "connecting" { f = 1 } END { exit !f }' && return 0
+    sleep 0.5
+  done
+  return 1
 }
 
 # reconnect: three forced QP errors under verified fio rounds.
