@@ -19,7 +19,7 @@
 #endif
 
 #define RDMADISK_MAGIC                           0x5244534BU
-#define RDMADISK_VERSION                         2
+#define RDMADISK_VERSION                         3
 #define RDMADISK_EXPORT_NAME_MAX                 32
 #define RDMADISK_SECTOR_SHIFT                    9
 #define RDMADISK_SECTOR_SIZE                     512
@@ -32,6 +32,7 @@
 #define RDMADISK_OP_DISCARD                      4
 #define RDMADISK_OP_WRITE_ZEROES                 5
 #define RDMADISK_OP_NOP                          6
+#define RDMADISK_OP_AUTH                         0x41
 
 /* Request flags (request.flags) */
 #define RDMADISK_REQ_FUA                         1
@@ -44,6 +45,8 @@
 #define RDMADISK_STATUS_IO_ERROR                 4
 #define RDMADISK_STATUS_UNSUPPORTED              5
 #define RDMADISK_STATUS_INVALID                  6
+#define RDMADISK_STATUS_FENCED                   7
+#define RDMADISK_STATUS_DENIED                   8
 
 /* Hello status (hello_reply.status) */
 #define RDMADISK_HELLO_STATUS_OK                 0
@@ -52,6 +55,7 @@
 #define RDMADISK_HELLO_STATUS_NOT_ALLOWED        3
 #define RDMADISK_HELLO_STATUS_BUSY               4
 #define RDMADISK_HELLO_STATUS_INVALID            5
+#define RDMADISK_HELLO_STATUS_STALE              6
 
 /* Feature bits (hello_reply.features) */
 #define RDMADISK_FEAT_FLUSH                      0x1U
@@ -59,6 +63,11 @@
 #define RDMADISK_FEAT_DISCARD                    0x4U
 #define RDMADISK_FEAT_WRITE_ZEROES               0x8U
 #define RDMADISK_FEAT_READ_ONLY                  0x10U
+#define RDMADISK_FEAT_AUTH                       0x20U
+
+/* Hello flags (hello.flags) */
+#define RDMADISK_HELLO_READ_ONLY                 0x1U
+#define RDMADISK_CHALLENGE_LEN                   16
 
 /* TCP frame kinds (frame_header.kind) */
 #define RDMADISK_FRAME_HELLO                     1
@@ -116,7 +125,8 @@ _Static_assert(offsetof(struct rdmadisk_hello, export_name) == RDMADISK_HELLO_OF
 #define RDMADISK_HELLO_REPLY_OFF_RESERVED0       34
 #define RDMADISK_HELLO_REPLY_OFF_FEATURES        36
 #define RDMADISK_HELLO_REPLY_OFF_MAX_DISCARD_SECTORS 40
-#define RDMADISK_HELLO_REPLY_OFF_RESERVED1       44
+#define RDMADISK_HELLO_REPLY_OFF_CHALLENGE       44
+#define RDMADISK_HELLO_REPLY_OFF_RESERVED1       60
 
 struct rdmadisk_hello_reply {
 	__le32 magic;
@@ -132,7 +142,8 @@ struct rdmadisk_hello_reply {
 	__le16 reserved0;
 	__le32 features;
 	__le32 max_discard_sectors;
-	__u8 reserved1[20];
+	__u8 challenge[16];
+	__u8 reserved1[4];
 };
 _Static_assert(sizeof(struct rdmadisk_hello_reply) == RDMADISK_HELLO_REPLY_LEN, "rdmadisk_hello_reply size");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, magic) == RDMADISK_HELLO_REPLY_OFF_MAGIC, "rdmadisk_hello_reply.magic");
@@ -148,6 +159,7 @@ _Static_assert(offsetof(struct rdmadisk_hello_reply, initial_credits) == RDMADIS
 _Static_assert(offsetof(struct rdmadisk_hello_reply, reserved0) == RDMADISK_HELLO_REPLY_OFF_RESERVED0, "rdmadisk_hello_reply.reserved0");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, features) == RDMADISK_HELLO_REPLY_OFF_FEATURES, "rdmadisk_hello_reply.features");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, max_discard_sectors) == RDMADISK_HELLO_REPLY_OFF_MAX_DISCARD_SECTORS, "rdmadisk_hello_reply.max_discard_sectors");
+_Static_assert(offsetof(struct rdmadisk_hello_reply, challenge) == RDMADISK_HELLO_REPLY_OFF_CHALLENGE, "rdmadisk_hello_reply.challenge");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, reserved1) == RDMADISK_HELLO_REPLY_OFF_RESERVED1, "rdmadisk_hello_reply.reserved1");
 
 #define RDMADISK_REQUEST_LEN                     48
@@ -188,6 +200,30 @@ _Static_assert(offsetof(struct rdmadisk_request, buf_addr) == RDMADISK_REQUEST_O
 _Static_assert(offsetof(struct rdmadisk_request, buf_rkey) == RDMADISK_REQUEST_OFF_BUF_RKEY, "rdmadisk_request.buf_rkey");
 _Static_assert(offsetof(struct rdmadisk_request, buf_len) == RDMADISK_REQUEST_OFF_BUF_LEN, "rdmadisk_request.buf_len");
 _Static_assert(offsetof(struct rdmadisk_request, reserved) == RDMADISK_REQUEST_OFF_RESERVED, "rdmadisk_request.reserved");
+
+#define RDMADISK_AUTH_LEN                        48
+#define RDMADISK_AUTH_OFF_OPCODE                 0
+#define RDMADISK_AUTH_OFF_FLAGS                  1
+#define RDMADISK_AUTH_OFF_CREDITS                2
+#define RDMADISK_AUTH_OFF_TAG                    4
+#define RDMADISK_AUTH_OFF_PROOF                  8
+#define RDMADISK_AUTH_OFF_RESERVED               40
+
+struct rdmadisk_auth {
+	__u8 opcode;
+	__u8 flags;
+	__le16 credits;
+	__le32 tag;
+	__u8 proof[32];
+	__u8 reserved[8];
+};
+_Static_assert(sizeof(struct rdmadisk_auth) == RDMADISK_AUTH_LEN, "rdmadisk_auth size");
+_Static_assert(offsetof(struct rdmadisk_auth, opcode) == RDMADISK_AUTH_OFF_OPCODE, "rdmadisk_auth.opcode");
+_Static_assert(offsetof(struct rdmadisk_auth, flags) == RDMADISK_AUTH_OFF_FLAGS, "rdmadisk_auth.flags");
+_Static_assert(offsetof(struct rdmadisk_auth, credits) == RDMADISK_AUTH_OFF_CREDITS, "rdmadisk_auth.credits");
+_Static_assert(offsetof(struct rdmadisk_auth, tag) == RDMADISK_AUTH_OFF_TAG, "rdmadisk_auth.tag");
+_Static_assert(offsetof(struct rdmadisk_auth, proof) == RDMADISK_AUTH_OFF_PROOF, "rdmadisk_auth.proof");
+_Static_assert(offsetof(struct rdmadisk_auth, reserved) == RDMADISK_AUTH_OFF_RESERVED, "rdmadisk_auth.reserved");
 
 #define RDMADISK_RESPONSE_LEN                    32
 #define RDMADISK_RESPONSE_OFF_TAG                0

@@ -7,6 +7,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[path = "../userspace-tools/rdmadisk-proto/src/auth.rs"]
+pub(crate) mod auth;
 #[path = "../userspace-tools/rdmadisk-proto/src/crc32c.rs"]
 pub(crate) mod crc32c;
 #[path = "../userspace-tools/rdmadisk-proto/src/credits.rs"]

@@ -46,6 +46,7 @@ fn main() {
         initial_credits: 128,
         features: features::FLUSH | features::FUA | features::DISCARD | features::WRITE_ZEROES,
         max_discard_sectors: 2048,
+        challenge: [0; rdmadisk_proto::wire::CHALLENGE_LEN],
     };
     write(&dir, "hello_reply", "ok", &reply.to_bytes());
     write(

@@ -57,8 +57,8 @@ fn message(out: &mut String, prefix: &str, sname: &str, len: usize, fields: Fiel
 /// Renders the header from the Rust constants.
 pub(crate) fn render() -> String {
     use wire::{
-        frame_off as f, hello_off as h, hello_reply_off as hr, request_off as rq,
-        response_off as rs,
+        auth_off as au, frame_off as f, hello_flags, hello_off as h, hello_reply_off as hr,
+        request_off as rq, response_off as rs,
     };
     let mut o = String::new();
     o.push_str(
@@ -109,6 +109,11 @@ pub(crate) fn render() -> String {
         let name = std::format!("RDMADISK_OP_{}", snake_upper(&std::format!("{op:?}")));
         define(&mut o, &name, op as u8);
     }
+    define(
+        &mut o,
+        "RDMADISK_OP_AUTH",
+        std::format!("0x{:02X}", wire::AUTH_OPCODE),
+    );
     let _ = writeln!(o, "\n/* Request flags (request.flags) */");
     define(&mut o, "RDMADISK_REQ_FUA", req_flags::FUA);
 
@@ -121,6 +126,8 @@ pub(crate) fn render() -> String {
         wire::Status::IoError,
         wire::Status::Unsupported,
         wire::Status::Invalid,
+        wire::Status::Fenced,
+        wire::Status::Denied,
     ] {
         let name = std::format!("RDMADISK_STATUS_{}", snake_upper(&std::format!("{s:?}")));
         define(&mut o, &name, s as u16);
@@ -133,6 +140,7 @@ pub(crate) fn render() -> String {
         wire::HelloStatus::NotAllowed,
         wire::HelloStatus::Busy,
         wire::HelloStatus::Invalid,
+        wire::HelloStatus::Stale,
     ] {
         let name = std::format!(
             "RDMADISK_HELLO_STATUS_{}",
@@ -147,6 +155,7 @@ pub(crate) fn render() -> String {
         ("DISCARD", features::DISCARD),
         ("WRITE_ZEROES", features::WRITE_ZEROES),
         ("READ_ONLY", features::READ_ONLY),
+        ("AUTH", features::AUTH),
     ] {
         define(
             &mut o,
@@ -154,6 +163,13 @@ pub(crate) fn render() -> String {
             std::format!("0x{bit:X}U"),
         );
     }
+    let _ = writeln!(o, "\n/* Hello flags (hello.flags) */");
+    define(
+        &mut o,
+        "RDMADISK_HELLO_READ_ONLY",
+        std::format!("0x{:X}U", hello_flags::READ_ONLY),
+    );
+    define(&mut o, "RDMADISK_CHALLENGE_LEN", wire::CHALLENGE_LEN);
     let _ = writeln!(o, "\n/* TCP frame kinds (frame_header.kind) */");
     for k in [
         wire::FrameKind::Hello,
@@ -185,6 +201,7 @@ pub(crate) fn render() -> String {
         ],
     );
     let reserved1 = std::format!("__u8[{}]", wire::HELLO_REPLY_LEN - hr::RESERVED1);
+    let challenge = std::format!("__u8[{}]", wire::CHALLENGE_LEN);
     message(
         &mut o,
         "HELLO_REPLY",
@@ -204,6 +221,7 @@ pub(crate) fn render() -> String {
             ("reserved0", hr::RESERVED0, "__le16"),
             ("features", hr::FEATURES, "__le32"),
             ("max_discard_sectors", hr::MAX_DISCARD_SECTORS, "__le32"),
+            ("challenge", hr::CHALLENGE, &challenge),
             ("reserved1", hr::RESERVED1, &reserved1),
         ],
     );
@@ -225,6 +243,21 @@ pub(crate) fn render() -> String {
             ("buf_rkey", rq::BUF_RKEY, "__le32"),
             ("buf_len", rq::BUF_LEN, "__le32"),
             ("reserved", rq::RESERVED, &req_reserved),
+        ],
+    );
+    let auth_reserved = std::format!("__u8[{}]", wire::REQUEST_LEN - au::RESERVED);
+    message(
+        &mut o,
+        "AUTH",
+        "rdmadisk_auth",
+        wire::REQUEST_LEN,
+        &[
+            ("opcode", au::OPCODE, "__u8"),
+            ("flags", au::FLAGS, "__u8"),
+            ("credits", au::CREDITS, "__le16"),
+            ("tag", au::TAG, "__le32"),
+            ("proof", au::PROOF, "__u8[32]"),
+            ("reserved", au::RESERVED, &auth_reserved),
         ],
     );
     let resp_reserved = std::format!("__u8[{}]", wire::RESPONSE_LEN - rs::RESERVED);

@@ -1,5 +1,6 @@
 //! rdmadisk protocol core: wire format, CRC32C, credit accounting, request
-//! ids, the fencing rule and the RDMA/TCP failover policy.
+//! ids, the fencing rule, the RDMA/TCP failover policy and the shared-secret
+//! authentication.
 //!
 //! Everything here is plain `core` Rust with no dependencies because the kernel
 //! module compiles these very files (one `#[path]` module each, inside its own
@@ -7,6 +8,7 @@
 //! therefore reach each other through `super::`, never through `crate::`.
 #![no_std]
 
+pub mod auth;
 pub mod crc32c;
 pub mod credits;
 pub mod fence;

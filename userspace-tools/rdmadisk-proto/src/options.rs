@@ -8,6 +8,7 @@
 
 use core::fmt;
 
+use super::auth::Secret;
 use super::wire::ExportName;
 
 /// Longest device name accepted by `name=`, in bytes.
@@ -38,11 +39,13 @@ pub enum Key {
     Queues,
     /// `tcp_port=`: the target's TCP fallback port.
     TcpPort,
+    /// `secret=`: the export's shared secret, in hex (32 to 128 digits).
+    Secret,
 }
 
 impl Key {
     /// Every key, in the order they are documented.
-    pub const ALL: [Key; 7] = [
+    pub const ALL: [Key; 8] = [
         Key::Name,
         Key::Addr,
         Key::Port,
@@ -50,6 +53,7 @@ impl Key {
         Key::Ro,
         Key::Queues,
         Key::TcpPort,
+        Key::Secret,
     ];
 
     /// The key as written in the option string.
@@ -62,6 +66,7 @@ impl Key {
             Key::Ro => "ro",
             Key::Queues => "queues",
             Key::TcpPort => "tcp_port",
+            Key::Secret => "secret",
         }
     }
 
@@ -187,7 +192,7 @@ impl DeviceName {
 /// The parsed options; each field is `None` (or `false`) when its key was
 /// absent, so callers decide which keys they need ([`Options::require`]) and
 /// what the defaults are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Options {
     /// `name=`.
     pub name: Option<DeviceName>,
@@ -203,6 +208,8 @@ pub struct Options {
     pub queues: Option<u16>,
     /// `tcp_port=`, non-zero.
     pub tcp_port: Option<u16>,
+    /// `secret=`.
+    pub secret: Option<Secret>,
 }
 
 impl Options {
@@ -256,6 +263,7 @@ impl Options {
                 let q = parse_u16(v).filter(|q| (1..=MAX_QUEUES).contains(q));
                 self.queues = Some(q.ok_or(bad)?);
             }
+            Key::Secret => self.secret = Some(Secret::from_hex(v).map_err(|_| bad)?),
             Key::Ro => {}
         }
         Ok(())
@@ -273,6 +281,7 @@ impl Options {
                 Key::Ro => true,
                 Key::Queues => self.queues.is_some(),
                 Key::TcpPort => self.tcp_port.is_some(),
+                Key::Secret => self.secret.is_some(),
             };
             if !present {
                 return Err(OptionError::Missing(k));
@@ -294,6 +303,7 @@ impl Options {
                 Key::Ro => self.read_only,
                 Key::Queues => self.queues.is_some(),
                 Key::TcpPort => self.tcp_port.is_some(),
+                Key::Secret => self.secret.is_some(),
             };
             if present && !allowed.contains(&k) {
                 return Err(OptionError::UnknownKey(UnknownKey::new(
@@ -346,10 +356,28 @@ fn parse_ipv4(v: &[u8]) -> Option<[u8; 4]> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
 
     fn err(s: &str) -> OptionError {
         Options::parse(s.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn secrets() {
+        let o = Options::parse(b"export=a secret=00112233445566778899aabbccddeeff").unwrap();
+        assert_eq!(o.secret.unwrap().as_bytes().len(), 16);
+        assert_eq!(err("secret=0011"), OptionError::BadValue(Key::Secret));
+        assert_eq!(err("secret=xyz"), OptionError::BadValue(Key::Secret));
+        assert_eq!(err("secret"), OptionError::MissingValue(Key::Secret));
+        assert_eq!(
+            err("secret=00112233445566778899aabbccddeeff secret=00112233445566778899aabbccddeeff"),
+            OptionError::Duplicate(Key::Secret)
+        );
+        // The secret is never printed by the options' Debug.
+        let text = std::format!("{o:?}");
+        let hidden = !text.contains("0011") && text.contains("16 bytes");
+        assert!(hidden, "{text}");
     }
 
     #[test]

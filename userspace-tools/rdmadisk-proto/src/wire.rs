@@ -19,7 +19,7 @@ pub const MAGIC: u32 = 0x5244_534B;
 /// Protocol version carried in [`Hello`] and [`HelloReply`]. Version 2 added
 /// connection epochs ([`Hello::epoch`], [`Status::Fenced`]) and request ids
 /// with generations ([`ReqId`]).
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Maximum length in bytes of an export name.
 pub const EXPORT_NAME_MAX: usize = 32;
 /// log2 of the sector size that `sector` fields count in.
@@ -41,6 +41,8 @@ pub const RESPONSE_LEN: usize = 32;
 pub const FRAME_HEADER_LEN: usize = 8;
 /// Magic at the start of every TCP frame ("RD").
 pub const FRAME_MAGIC: u16 = 0x5244;
+/// Bytes of the challenge a target sends a client that must authenticate.
+pub const CHALLENGE_LEN: usize = 16;
 
 /// Field offsets of [`Hello`].
 pub mod hello_off {
@@ -94,8 +96,11 @@ pub mod hello_reply_off {
     pub const FEATURES: usize = 36;
     /// `u32` largest discard in sectors.
     pub const MAX_DISCARD_SECTORS: usize = 40;
+    /// [`super::CHALLENGE_LEN`] bytes: the challenge of an export that requires
+    /// authentication (zero otherwise).
+    pub const CHALLENGE: usize = 44;
     /// Reserved, zero, up to [`super::HELLO_REPLY_LEN`].
-    pub const RESERVED1: usize = 44;
+    pub const RESERVED1: usize = 60;
 }
 
 /// Field offsets of [`Request`].
@@ -120,6 +125,23 @@ pub mod request_off {
     pub const BUF_RKEY: usize = 32;
     /// `u32` remote buffer length.
     pub const BUF_LEN: usize = 36;
+    /// Reserved, zero, up to [`super::REQUEST_LEN`].
+    pub const RESERVED: usize = 40;
+}
+
+/// Field offsets of [`AuthRequest`]: the opcode, flags, credits and tag sit
+/// where a [`Request`] has them.
+pub mod auth_off {
+    /// `u8` [`super::AUTH_OPCODE`].
+    pub const OPCODE: usize = 0;
+    /// `u8` flags, none defined; zero.
+    pub const FLAGS: usize = 1;
+    /// `u16` response credits the client grants the target.
+    pub const CREDITS: usize = 2;
+    /// `u32` request tag, echoed in the response.
+    pub const TAG: usize = 4;
+    /// [`crate::auth::MAC_LEN`] bytes: the proof (see `auth.rs`).
+    pub const PROOF: usize = 8;
     /// Reserved, zero, up to [`super::REQUEST_LEN`].
     pub const RESERVED: usize = 40;
 }
@@ -160,6 +182,9 @@ const _: () = assert!(HELLO_LEN <= 56);
 const _: () = assert!(hello_off::SESSION_ID + 4 == hello_off::EPOCH);
 const _: () = assert!(hello_off::EPOCH + 4 == hello_off::EXPORT_NAME);
 const _: () = assert!(hello_reply_off::RESERVED1 <= HELLO_REPLY_LEN);
+const _: () = assert!(hello_reply_off::CHALLENGE + CHALLENGE_LEN == hello_reply_off::RESERVED1);
+const _: () = assert!(auth_off::PROOF + 32 == auth_off::RESERVED);
+const _: () = assert!(auth_off::RESERVED <= REQUEST_LEN);
 const _: () = assert!(HELLO_REPLY_LEN <= 196);
 const _: () = assert!(hello_reply_off::CAPACITY_SECTORS % 8 == 0);
 const _: () = assert!(request_off::RESERVED + 8 == REQUEST_LEN);
@@ -179,8 +204,21 @@ pub mod features {
     pub const WRITE_ZEROES: u32 = 1 << 3;
     /// The export is read-only.
     pub const READ_ONLY: u32 = 1 << 4;
+    /// The client must authenticate (an [`super::AuthRequest`] answering
+    /// [`super::HelloReply::challenge`]) before anything else on this
+    /// connection.
+    pub const AUTH: u32 = 1 << 5;
     /// Every bit defined above.
-    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY;
+    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY | AUTH;
+}
+
+/// Flag bits of [`Hello::flags`].
+pub mod hello_flags {
+    /// The client maps the export read-only: it will not write, and takes no
+    /// exclusive hold on it.
+    pub const READ_ONLY: u16 = 1;
+    /// Every bit defined above.
+    pub const ALL: u16 = READ_ONLY;
 }
 
 /// Flag bits of [`Request::flags`].
@@ -366,7 +404,7 @@ impl fmt::Display for ExportName {
 /// connect private data, or as the first TCP frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
-    /// Flags, none defined yet; sent as zero.
+    /// [`hello_flags`] bits; a target refuses others (`Invalid`).
     pub flags: u16,
     /// Index of this queue, `0..queue_count`.
     pub queue_id: u16,
@@ -494,6 +532,8 @@ pub struct HelloReply {
     /// Largest discard or write-zeroes in sectors; the target must keep it
     /// within `max_io_bytes` (see [`Request::validate`]).
     pub max_discard_sectors: u32,
+    /// With [`features::AUTH`]: what the client's proof must answer.
+    pub challenge: [u8; CHALLENGE_LEN],
 }
 
 impl HelloReply {
@@ -510,6 +550,7 @@ impl HelloReply {
             initial_credits: 0,
             features: 0,
             max_discard_sectors: 0,
+            challenge: [0; CHALLENGE_LEN],
         }
     }
 
@@ -529,6 +570,7 @@ impl HelloReply {
         put_u16::<{ hello_reply_off::INITIAL_CREDITS }, N>(out, self.initial_credits);
         put_u32::<{ hello_reply_off::FEATURES }, N>(out, self.features);
         put_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(out, self.max_discard_sectors);
+        put::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(out, self.challenge);
     }
 
     /// Returns the encoded message.
@@ -562,6 +604,7 @@ impl HelloReply {
             initial_credits: get_u16::<{ hello_reply_off::INITIAL_CREDITS }, N>(b),
             features: get_u32::<{ hello_reply_off::FEATURES }, N>(b),
             max_discard_sectors: get_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(b),
+            challenge: get::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(b),
         })
     }
 }
@@ -675,6 +718,9 @@ pub enum Status {
     /// The request came on a connection that a newer epoch or session of the
     /// same client has superseded; it was not applied (see [`Fence`]).
     Fenced = 7,
+    /// The answer to an [`AuthRequest`] whose proof is wrong: the target closes
+    /// the connection.
+    Denied = 8,
 }
 
 impl TryFrom<u16> for Status {
@@ -689,6 +735,7 @@ impl TryFrom<u16> for Status {
             5 => Status::Unsupported,
             6 => Status::Invalid,
             7 => Status::Fenced,
+            8 => Status::Denied,
             _ => return Err(DecodeError::BadStatus(v)),
         })
     }
@@ -705,6 +752,7 @@ impl fmt::Display for Status {
             Status::Unsupported => "unsupported",
             Status::Invalid => "invalid request",
             Status::Fenced => "fenced (superseded connection)",
+            Status::Denied => "denied (authentication failed)",
         })
     }
 }
@@ -818,6 +866,75 @@ impl Request {
         match self.sector.checked_add(sectors) {
             Some(end) if end <= capacity_sectors => Ok(()),
             _ => Err(Status::OutOfRange),
+        }
+    }
+}
+
+/// The opcode byte of an [`AuthRequest`]; no [`Opcode`] has it.
+pub const AUTH_OPCODE: u8 = 0x41;
+
+/// A client's proof that it knows an export's secret: the first message on a
+/// connection whose [`HelloReply`] said [`features::AUTH`]. It travels like a
+/// [`Request`] (same size, opcode, credits and tag where a request has them)
+/// and is answered by a [`Response`]: `Ok`, or `Denied` and the connection
+/// closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthRequest {
+    /// Response credits the client grants the target.
+    pub credits: u16,
+    /// Echoed in the response.
+    pub tag: u32,
+    /// `auth::proof` of the connection.
+    pub proof: [u8; 32],
+}
+
+impl AuthRequest {
+    /// Writes the message, reserved bytes zeroed.
+    pub fn encode(&self, out: &mut [u8; REQUEST_LEN]) {
+        const N: usize = REQUEST_LEN;
+        *out = [0; N];
+        put_u8::<{ auth_off::OPCODE }, N>(out, AUTH_OPCODE);
+        put_u16::<{ auth_off::CREDITS }, N>(out, self.credits);
+        put_u32::<{ auth_off::TAG }, N>(out, self.tag);
+        put::<{ auth_off::PROOF }, 32, N>(out, self.proof);
+    }
+
+    /// Returns the encoded message.
+    pub fn to_bytes(&self) -> [u8; REQUEST_LEN] {
+        let mut out = [0; REQUEST_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Parses a message; trailing bytes are ignored.
+    pub fn decode(buf: &[u8]) -> Result<AuthRequest, DecodeError> {
+        const N: usize = REQUEST_LEN;
+        let b = fixed::<N>(buf)?;
+        let op = get_u8::<{ auth_off::OPCODE }, N>(b);
+        if op != AUTH_OPCODE {
+            return Err(DecodeError::BadOpcode(op));
+        }
+        Ok(AuthRequest {
+            credits: get_u16::<{ auth_off::CREDITS }, N>(b),
+            tag: get_u32::<{ auth_off::TAG }, N>(b),
+            proof: get::<{ auth_off::PROOF }, 32, N>(b),
+        })
+    }
+}
+
+/// Any message a client sends after its Hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientMsg {
+    Request(Request),
+    Auth(AuthRequest),
+}
+
+impl ClientMsg {
+    /// Parses a request or an authentication by its opcode byte.
+    pub fn decode(buf: &[u8]) -> Result<ClientMsg, DecodeError> {
+        match buf.first() {
+            Some(&AUTH_OPCODE) => AuthRequest::decode(buf).map(ClientMsg::Auth),
+            _ => Request::decode(buf).map(ClientMsg::Request),
         }
     }
 }
@@ -1003,6 +1120,7 @@ mod tests {
             initial_credits: 64,
             features: features::FLUSH | features::DISCARD,
             max_discard_sectors: 2048,
+            challenge: *b"0123456789abcdef",
         }
     }
 
@@ -1038,7 +1156,7 @@ mod tests {
     fn hello_layout_is_little_endian_at_documented_offsets() {
         let b = hello().to_bytes();
         assert_eq!(&b[0..4], &[0x4B, 0x53, 0x44, 0x52]);
-        assert_eq!(&b[4..6], &[2, 0]);
+        assert_eq!(&b[4..6], &[3, 0]);
         assert_eq!(&b[8..10], &[3, 0]);
         assert_eq!(&b[10..12], &[4, 0]);
         assert_eq!(&b[12..14], &[128, 0]);
@@ -1114,7 +1232,8 @@ mod tests {
         assert_eq!(&b[32..34], &64u16.to_le_bytes());
         assert_eq!(&b[36..40], &5u32.to_le_bytes());
         assert_eq!(&b[40..44], &2048u32.to_le_bytes());
-        assert!(b[44..].iter().all(|&c| c == 0));
+        assert_eq!(&b[44..60], b"0123456789abcdef");
+        assert!(b[60..].iter().all(|&c| c == 0));
         assert_eq!(HelloReply::decode(&b), Ok(reply()));
 
         assert_eq!(HelloReply::decode(&b[..63]), Err(DecodeError::Short));
@@ -1143,10 +1262,10 @@ mod tests {
             HelloStatus::try_from(7),
             Err(DecodeError::BadHelloStatus(7))
         );
-        for v in 0..=7u16 {
+        for v in 0..=8u16 {
             assert_eq!(Status::try_from(v).map(|s| s as u16), Ok(v));
         }
-        assert_eq!(Status::try_from(8), Err(DecodeError::BadStatus(8)));
+        assert_eq!(Status::try_from(9), Err(DecodeError::BadStatus(9)));
         for v in 1..=6u8 {
             assert_eq!(Opcode::try_from(v).map(|o| o as u8), Ok(v));
         }
@@ -1451,7 +1570,7 @@ mod tests {
         }
 
         #[test]
-        fn response_round_trips(tag in any::<u32>(), status in 0u16..=7, credits in any::<u16>(),
+        fn response_round_trips(tag in any::<u32>(), status in 0u16..=8, credits in any::<u16>(),
                                 data_crc in any::<u32>(), length in any::<u32>(), rkey in any::<u32>()) {
             let r = Response { tag, status: Status::try_from(status).unwrap(), credits, data_crc, length, rkey };
             prop_assert_eq!(Response::decode(&r.to_bytes()), Ok(r));
@@ -1461,13 +1580,26 @@ mod tests {
         fn hello_reply_round_trips(status in 0u16..=6, capacity_sectors in any::<u64>(), lbs in any::<u32>(),
                                    pbs in any::<u32>(), max_io_bytes in any::<u32>(), max_segments in any::<u16>(),
                                    queue_depth in any::<u16>(), initial_credits in any::<u16>(),
-                                   features in any::<u32>(), max_discard_sectors in any::<u32>()) {
+                                   features in any::<u32>(), max_discard_sectors in any::<u32>(),
+                                   challenge in any::<[u8; CHALLENGE_LEN]>()) {
             let r = HelloReply {
                 status: HelloStatus::try_from(status).unwrap(), capacity_sectors,
                 logical_block_size: lbs, physical_block_size: pbs, max_io_bytes, max_segments,
-                queue_depth, initial_credits, features, max_discard_sectors,
+                queue_depth, initial_credits, features, max_discard_sectors, challenge,
             };
             prop_assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
+        }
+
+        #[test]
+        fn client_messages_round_trip(credits in any::<u16>(), tag in any::<u32>(), proof in any::<[u8; 32]>(),
+                                      opcode in arb_opcode(), sector in any::<u64>()) {
+            let a = AuthRequest { credits, tag, proof };
+            prop_assert_eq!(ClientMsg::decode(&a.to_bytes()), Ok(ClientMsg::Auth(a)));
+            let r = Request { opcode, flags: 0, credits, tag, sector, length: 0, data_crc: 0, buf: RemoteBuf::default() };
+            prop_assert_eq!(ClientMsg::decode(&r.to_bytes()), Ok(ClientMsg::Request(r)));
+            // Neither decoder takes the other's message.
+            prop_assert!(Request::decode(&a.to_bytes()).is_err());
+            prop_assert!(AuthRequest::decode(&r.to_bytes()).is_err());
         }
 
         #[test]

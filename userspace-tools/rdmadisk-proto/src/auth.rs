@@ -1,0 +1,422 @@
+//! Shared-secret authentication of a connection: SHA-256, HMAC-SHA256 and the proof a client
+//! sends (docs/design.md, "Access control").
+//!
+//! A target that holds a secret for an export answers a Hello with `features::AUTH` and a
+//! random challenge in the HelloReply. The client's first message on the connection is then an
+//! [`AuthRequest`](super::wire::AuthRequest) carrying
+//! `HMAC-SHA256(secret, CONTEXT || challenge || export || session_id || epoch || queue_id ||
+//! queue_count)`; the target answers it like a request, and serves nothing else on the
+//! connection until the proof checks. The challenge is fresh per connection, so a recorded
+//! proof is worth nothing on another one, and the proof is bound to what the Hello asked for.
+//! In spirit this is NVMe's DH-HMAC-CHAP without the Diffie-Hellman part: the secret never
+//! crosses the wire, but the traffic itself is not encrypted.
+//!
+//! Plain `core` Rust: the kernel module computes the proof with this very code.
+
+use super::wire::{ExportName, Hello, CHALLENGE_LEN};
+
+/// Bytes of a SHA-256 digest, and of a proof.
+pub const MAC_LEN: usize = 32;
+/// Shortest and longest secret, in bytes. 16 bytes is the least that resists guessing; 64 is
+/// one SHA-256 block (a longer key would be hashed first, for no gain).
+pub const SECRET_MIN: usize = 16;
+pub const SECRET_MAX: usize = 64;
+/// Domain separation: a proof for this protocol and version means nothing elsewhere.
+pub const CONTEXT: &[u8] = b"rdmadisk auth v1\0";
+
+const K: [u32; 64] = [
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+];
+
+const H0: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
+
+/// An incremental SHA-256 (FIPS 180-4).
+#[derive(Clone)]
+pub struct Sha256 {
+    h: [u32; 8],
+    block: [u8; 64],
+    used: usize,
+    total: u64,
+}
+
+impl Default for Sha256 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sha256 {
+    pub const fn new() -> Sha256 {
+        Sha256 {
+            h: H0,
+            block: [0; 64],
+            used: 0,
+            total: 0,
+        }
+    }
+
+    fn compress(h: &mut [u32; 8], block: &[u8; 64]) {
+        let mut w = [0u32; 64];
+        for (i, c) in block.chunks_exact(4).enumerate() {
+            w[i] = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        for i in 16..64 {
+            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16]
+                .wrapping_add(s0)
+                .wrapping_add(w[i - 7])
+                .wrapping_add(s1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = *h;
+        for i in 0..64 {
+            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
+            let ch = (e & f) ^ (!e & g);
+            let t1 = hh
+                .wrapping_add(s1)
+                .wrapping_add(ch)
+                .wrapping_add(K[i])
+                .wrapping_add(w[i]);
+            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
+            let maj = (a & b) ^ (a & c) ^ (b & c);
+            let t2 = s0.wrapping_add(maj);
+            hh = g;
+            g = f;
+            f = e;
+            e = d.wrapping_add(t1);
+            d = c;
+            c = b;
+            b = a;
+            a = t1.wrapping_add(t2);
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e, f, g, hh]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+
+    pub fn update(&mut self, mut data: &[u8]) {
+        self.total = self.total.wrapping_add(data.len() as u64);
+        while !data.is_empty() {
+            let n = (64 - self.used).min(data.len());
+            self.block[self.used..self.used + n].copy_from_slice(&data[..n]);
+            self.used += n;
+            data = &data[n..];
+            if self.used == 64 {
+                Self::compress(&mut self.h, &self.block);
+                self.used = 0;
+            }
+        }
+    }
+
+    pub fn finish(mut self) -> [u8; MAC_LEN] {
+        let bits = self.total.wrapping_mul(8);
+        self.update(&[0x80]);
+        while self.used != 56 {
+            self.update(&[0]);
+        }
+        self.update(&bits.to_be_bytes());
+        let mut out = [0u8; MAC_LEN];
+        for (o, h) in out.chunks_exact_mut(4).zip(self.h) {
+            o.copy_from_slice(&h.to_be_bytes());
+        }
+        out
+    }
+
+    /// SHA-256 of `data` at once.
+    pub fn digest(data: &[u8]) -> [u8; MAC_LEN] {
+        let mut s = Sha256::new();
+        s.update(data);
+        s.finish()
+    }
+}
+
+/// An incremental HMAC-SHA256 (RFC 2104) with a key of at most one block (64 bytes): the
+/// secrets here never need more. A longer key is hashed first, as the RFC says.
+#[derive(Clone)]
+pub struct HmacSha256 {
+    inner: Sha256,
+    okey: [u8; 64],
+}
+
+impl HmacSha256 {
+    pub fn new(key: &[u8]) -> HmacSha256 {
+        let mut k = [0u8; 64];
+        if key.len() > 64 {
+            k[..MAC_LEN].copy_from_slice(&Sha256::digest(key));
+        } else {
+            k[..key.len()].copy_from_slice(key);
+        }
+        let mut ikey = [0u8; 64];
+        let mut okey = [0u8; 64];
+        for i in 0..64 {
+            ikey[i] = k[i] ^ 0x36;
+            okey[i] = k[i] ^ 0x5c;
+        }
+        let mut inner = Sha256::new();
+        inner.update(&ikey);
+        HmacSha256 { inner, okey }
+    }
+
+    pub fn update(&mut self, data: &[u8]) {
+        self.inner.update(data);
+    }
+
+    pub fn finish(self) -> [u8; MAC_LEN] {
+        let ih = self.inner.finish();
+        let mut o = Sha256::new();
+        o.update(&self.okey);
+        o.update(&ih);
+        o.finish()
+    }
+}
+
+/// The proof a client sends for the connection its `hello` opened, answering `challenge`.
+pub fn proof(secret: &[u8], challenge: &[u8; CHALLENGE_LEN], hello: &Hello) -> [u8; MAC_LEN] {
+    proof_for(
+        secret,
+        challenge,
+        &hello.export,
+        hello.session_id,
+        hello.epoch,
+        hello.queue_id,
+        hello.queue_count,
+    )
+}
+
+/// [`proof`] from the Hello's fields.
+pub fn proof_for(
+    secret: &[u8],
+    challenge: &[u8; CHALLENGE_LEN],
+    export: &ExportName,
+    session_id: u32,
+    epoch: u32,
+    queue_id: u16,
+    queue_count: u16,
+) -> [u8; MAC_LEN] {
+    let mut m = HmacSha256::new(secret);
+    m.update(CONTEXT);
+    m.update(challenge);
+    m.update(&export.to_padded());
+    m.update(&session_id.to_le_bytes());
+    m.update(&epoch.to_le_bytes());
+    m.update(&queue_id.to_le_bytes());
+    m.update(&queue_count.to_le_bytes());
+    m.finish()
+}
+
+/// Compares two proofs in time that does not depend on where they differ.
+pub fn proofs_equal(a: &[u8; MAC_LEN], b: &[u8; MAC_LEN]) -> bool {
+    let mut d = 0u8;
+    for i in 0..MAC_LEN {
+        d |= a[i] ^ b[i];
+    }
+    // Every byte is looked at; black_box keeps the compiler from turning the fold into an
+    // early exit.
+    core::hint::black_box(d) == 0
+}
+
+/// Why a secret was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretError {
+    /// Not an even number of hex digits, or not hex.
+    NotHex,
+    /// Shorter than [`SECRET_MIN`] or longer than [`SECRET_MAX`] bytes.
+    Length(usize),
+}
+
+impl core::fmt::Display for SecretError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SecretError::NotHex => f.write_str("a secret is written as hex digits, two per byte"),
+            SecretError::Length(n) => write!(
+                f,
+                "a secret of {n} bytes: it must have {SECRET_MIN} to {SECRET_MAX} bytes ({} to {} hex digits)",
+                SECRET_MIN * 2,
+                SECRET_MAX * 2
+            ),
+        }
+    }
+}
+
+/// A secret, as the map option and the target's config give it: hex, 16-64 bytes.
+#[derive(Clone, Copy)]
+pub struct Secret {
+    bytes: [u8; SECRET_MAX],
+    len: usize,
+}
+
+impl Secret {
+    pub fn from_hex(hex: &[u8]) -> Result<Secret, SecretError> {
+        if hex.len() % 2 != 0 {
+            return Err(SecretError::NotHex);
+        }
+        let n = hex.len() / 2;
+        if !(SECRET_MIN..=SECRET_MAX).contains(&n) {
+            return Err(SecretError::Length(n));
+        }
+        let digit = |c: u8| -> Result<u8, SecretError> {
+            match c {
+                b'0'..=b'9' => Ok(c - b'0'),
+                b'a'..=b'f' => Ok(c - b'a' + 10),
+                b'A'..=b'F' => Ok(c - b'A' + 10),
+                _ => Err(SecretError::NotHex),
+            }
+        };
+        let mut bytes = [0u8; SECRET_MAX];
+        for i in 0..n {
+            bytes[i] = digit(hex[2 * i])? << 4 | digit(hex[2 * i + 1])?;
+        }
+        Ok(Secret { bytes, len: n })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// Overwrites the key bytes (for holders that are about to let it go).
+    pub fn wipe(&mut self) {
+        self.bytes = [0; SECRET_MAX];
+        // The store must happen although nothing reads the bytes again.
+        core::hint::black_box(&self.bytes);
+        self.len = 0;
+    }
+}
+
+impl core::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Secret({} bytes)", self.len)
+    }
+}
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn sha256_known_answers() {
+        // FIPS 180-4 examples.
+        assert_eq!(
+            Sha256::digest(b"abc").to_vec(),
+            hex("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        );
+        assert_eq!(
+            Sha256::digest(b"").to_vec(),
+            hex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        );
+        assert_eq!(
+            Sha256::digest(b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq").to_vec(),
+            hex("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        );
+        let mut s = Sha256::new();
+        for _ in 0..1000 {
+            s.update(&[b'a'; 1000]);
+        }
+        assert_eq!(
+            s.finish().to_vec(),
+            hex("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+        );
+    }
+
+    #[test]
+    fn hmac_rfc4231() {
+        // Test cases 1, 2, 4, 6 and 7 of RFC 4231.
+        let cases: [(Vec<u8>, Vec<u8>, &str); 5] = [
+            (
+                [0x0b; 20].to_vec(),
+                b"Hi There".to_vec(),
+                "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+            ),
+            (
+                b"Jefe".to_vec(),
+                b"what do ya want for nothing?".to_vec(),
+                "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+            ),
+            (
+                hex("0102030405060708090a0b0c0d0e0f10111213141516171819"),
+                [0xcd; 50].to_vec(),
+                "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b",
+            ),
+            (
+                [0xaa; 131].to_vec(),
+                b"Test Using Larger Than Block-Size Key - Hash Key First".to_vec(),
+                "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+            ),
+            (
+                [0xaa; 131].to_vec(),
+                b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm.".to_vec(),
+                "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+            ),
+        ];
+        for (key, data, want) in cases {
+            let mut m = HmacSha256::new(&key);
+            m.update(&data);
+            assert_eq!(m.finish().to_vec(), hex(want));
+        }
+    }
+
+    #[test]
+    fn secrets_parse() {
+        let s = Secret::from_hex(b"00112233445566778899aabbccddeeff").unwrap();
+        assert_eq!(s.as_bytes(), &hex("00112233445566778899aabbccddeeff")[..]);
+        assert_eq!(
+            Secret::from_hex(b"00112233445566778899AABBCCDDEEFF").unwrap(),
+            s
+        );
+        assert_eq!(Secret::from_hex(b"0011"), Err(SecretError::Length(2)));
+        assert_eq!(Secret::from_hex(b"001"), Err(SecretError::NotHex));
+        assert_eq!(
+            Secret::from_hex(b"zz112233445566778899aabbccddeeff"),
+            Err(SecretError::NotHex)
+        );
+        let long = [b'a'; 130];
+        assert_eq!(Secret::from_hex(&long), Err(SecretError::Length(65)));
+        let mut w = s;
+        w.wipe();
+        assert!(w.as_bytes().is_empty());
+    }
+
+    #[test]
+    fn proofs_bind_every_field() {
+        let sec = [7u8; 32];
+        let ch = [1u8; CHALLENGE_LEN];
+        let e = ExportName::new(b"vol0").unwrap();
+        let base = proof_for(&sec, &ch, &e, 5, 6, 0, 2);
+        assert!(proofs_equal(&base, &proof_for(&sec, &ch, &e, 5, 6, 0, 2)));
+        let other = [
+            proof_for(&[8u8; 32], &ch, &e, 5, 6, 0, 2),
+            proof_for(&sec, &[2u8; CHALLENGE_LEN], &e, 5, 6, 0, 2),
+            proof_for(&sec, &ch, &ExportName::new(b"vol1").unwrap(), 5, 6, 0, 2),
+            proof_for(&sec, &ch, &e, 4, 6, 0, 2),
+            proof_for(&sec, &ch, &e, 5, 7, 0, 2),
+            proof_for(&sec, &ch, &e, 5, 6, 1, 2),
+            proof_for(&sec, &ch, &e, 5, 6, 0, 3),
+        ];
+        for o in other {
+            assert!(!proofs_equal(&base, &o));
+        }
+    }
+}
