@@ -93,6 +93,7 @@ pub(crate) struct DiskParams {
     pub(crate) tcp_port: u16,
     pub(crate) read_only: bool,
     pub(crate) nr_queues: u16,
+    pub(crate) secret: Option<crate::proto::auth::Secret>,
 }
 
 /// The mapping's first connection set, as `map_device` needs it to add the block device.
@@ -206,6 +207,8 @@ impl DiskDev {
                     nr_queues: p.nr_queues,
                     // Never 0, which is a probe's.
                     session_id: random::u32() | 1,
+                    read_only: p.read_only,
+                    secret: p.secret,
                     max_io_bytes: AtomicU32::new(0),
                     knobs: Knobs {
                         io_timeout_ms: AtomicU32::new(DEFAULT_IO_TIMEOUT_MS),

@@ -15,6 +15,7 @@ use kernel::sync::Arc;
 use crate::faults::Faults;
 use crate::kapi::blk_mq::Rq;
 use crate::kapi::work::ReclaimQueue;
+use crate::proto::auth::Secret;
 use crate::proto::credits::CreditSender;
 use crate::proto::options::DeviceName;
 use crate::proto::policy::Transport;
@@ -102,6 +103,10 @@ pub(crate) struct DiskInfo {
     pub(crate) nr_queues: u16,
     /// Ties the disk's connections together at the target (never 0: 0 is a probe's).
     pub(crate) session_id: u32,
+    /// Mapped read-only: its Hellos say so (the target then takes no exclusive hold).
+    pub(crate) read_only: bool,
+    /// The export's shared secret (`secret=`), proven on every connection that asks.
+    pub(crate) secret: Option<Secret>,
     /// Largest request, once mapped (0 before): a connection that cannot carry it is refused.
     pub(crate) max_io_bytes: AtomicU32,
     pub(crate) knobs: Knobs,
@@ -118,6 +123,15 @@ impl DiskInfo {
     /// The mapping's name, for logs.
     pub(crate) fn name(&self) -> &str {
         self.name.as_str()
+    }
+
+    /// [`crate::proto::wire::Hello::flags`] of the disk's connections.
+    pub(crate) fn hello_flags(&self) -> u16 {
+        if self.read_only {
+            crate::proto::wire::hello_flags::READ_ONLY
+        } else {
+            0
+        }
     }
 
     /// The target's TCP endpoint.

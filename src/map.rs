@@ -149,6 +149,7 @@ pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
         },
         tcp_port: opts.tcp_port.unwrap_or(DEFAULT_TCP_PORT),
         read_only: opts.read_only,
+        secret: opts.secret,
         nr_queues: opts.queues.unwrap_or(1),
     };
     let dev = table.insert(params)?;

@@ -2,9 +2,10 @@
 
 //! `/sys/class/rdmadisk/ctl/probe`: one RDMA attach and one NOP against a target.
 //!
-//! Writing `addr=<ipv4> [port=<n>] export=<name>` resolves the target, creates a PD, CQ and
-//! QP, connects with a [`Hello`], logs the [`HelloReply`] (or the refusal), sends a `Nop`
-//! request, waits for its response, then tears everything down. It is the bring-up check of
+//! Writing `addr=<ipv4> [port=<n>] export=<name> [secret=<hex>]` resolves the target,
+//! creates a PD, CQ and QP, connects with a [`Hello`], logs the [`HelloReply`] (or the
+//! refusal), authenticates if the export asks for it, sends a `Nop` request, waits for its
+//! response, then tears everything down. It is the bring-up check of
 //! the RDMA path (rdma_cm, QP, CQ, Send/Receive and the wire format against the real target),
 //! and the building blocks are the ones a device queue connects with.
 //!
@@ -20,9 +21,11 @@ use kernel::{
 
 use crate::kapi::rdma_cm::{CmEvent, CmId, QpCaps};
 use crate::kapi::verbs::{Msg, MsgDir, MsgOwner, Pd, PollCtx, Wc};
+use crate::proto::auth::{self, Secret};
 use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT};
 use crate::proto::wire::{
-    ExportName, HelloReply, Opcode, RemoteBuf, Request, Response, Status, REQUEST_LEN, RESPONSE_LEN,
+    features, AuthRequest, ExportName, Hello, HelloReply, Opcode, RemoteBuf, Request, Response,
+    Status, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::{self, errno, fail, ConnEvents, ConnSpec, Peer, Watcher};
 
@@ -30,12 +33,14 @@ use crate::rdma_conn::{self, errno, fail, ConnEvents, ConnSpec, Peer, Watcher};
 const BUDGET_MS: u32 = 10_000;
 /// The NOP's tag.
 const NOP_TAG: u32 = 1;
+/// The authentication's tag.
+const AUTH_TAG: u32 = 2;
 
 /// Handles `probe` writes; see the module documentation.
 pub(crate) fn probe(input: &[u8]) -> Result {
     let opts = Options::parse(input)
         .and_then(|o| {
-            o.only(&[Key::Addr, Key::Port, Key::Export])?;
+            o.only(&[Key::Addr, Key::Port, Key::Export, Key::Secret])?;
             o.require(&[Key::Addr, Key::Export])?;
             Ok(o)
         })
@@ -50,7 +55,7 @@ pub(crate) fn probe(input: &[u8]) -> Result {
         addr,
         port: opts.port.unwrap_or(DEFAULT_RDMA_PORT),
     };
-    run("probe", peer, export, BUDGET_MS, true)
+    run("probe", peer, export, opts.secret.as_ref(), BUDGET_MS, true)
         .inspect_err(|e| pr_err!("probe {peer}: failed: {e:?}\n"))
 }
 
@@ -125,12 +130,14 @@ impl MsgOwner for ProbeMsg {
     }
 }
 
-/// Connects to `export` at `peer`, sends one `Nop` and checks its answer, all within
-/// `budget_ms`. `who` prefixes the log lines; `verbose` logs what the target offers.
+/// Connects to `export` at `peer` (proving `secret` if the export asks), sends one `Nop` and
+/// checks its answer, all within `budget_ms`. `who` prefixes the log lines; `verbose` logs
+/// what the target offers.
 pub(crate) fn run(
     who: &str,
     peer: Peer,
     export: ExportName,
+    secret: Option<&Secret>,
     budget_ms: u32,
     verbose: bool,
 ) -> Result {
@@ -151,6 +158,7 @@ pub(crate) fn run(
         // Outside any session: a probe is never fenced and fences nothing.
         session_id: 0,
         epoch: 0,
+        hello_flags: 0,
         caps: QpCaps {
             send_wr: 4,
             recv_wr: 4,
@@ -161,18 +169,21 @@ pub(crate) fn run(
         poll: PollCtx::Workqueue,
         budget_ms,
     };
-    // The response's receive is posted before connecting: the Hello grants it to the target.
+    // The responses' receives (the authentication's, the NOP's) are posted before connecting:
+    // the Hello grants them to the target.
     let conn = rdma_conn::connect(&spec, ConnEvents::new(waiter.clone())?, |cm, pd| {
-        cm.post_recv(Msg::new(
-            pd,
-            RESPONSE_LEN,
-            MsgDir::Recv,
-            ProbeMsg {
-                waiter: waiter.clone(),
-                recv: true,
-            },
-        )?)?;
-        Ok(1)
+        for _ in 0..2 {
+            cm.post_recv(Msg::new(
+                pd,
+                RESPONSE_LEN,
+                MsgDir::Recv,
+                ProbeMsg {
+                    waiter: waiter.clone(),
+                    recv: true,
+                },
+            )?)?;
+        }
+        Ok(2)
     })?;
     let reply = &conn.reply;
     if verbose {
@@ -192,9 +203,53 @@ pub(crate) fn run(
     }
     let spent = (Ktime::ktime_get().to_ns() - t0.to_ns()) / 1_000_000;
     let mut left = msecs_to_jiffies(budget_ms.saturating_sub(spent as u32));
-    let res = nop(&conn.cm, &conn.pd, &waiter, &mut left, peer, reply, verbose);
+    let res = (|| {
+        if reply.features & features::AUTH != 0 {
+            let hello = spec.hello(0);
+            authenticate(
+                &conn.cm, &conn.pd, &waiter, &mut left, peer, reply, &hello, secret,
+            )?;
+        }
+        nop(&conn.cm, &conn.pd, &waiter, &mut left, peer, reply, verbose)
+    })();
     conn.cm.disconnect();
     res
+}
+
+/// Proves `secret` for the connection `hello` opened: the export asked for it.
+#[allow(clippy::too_many_arguments)]
+fn authenticate(
+    cm: &CmId<ConnEvents<Arc<Waiter>>>,
+    pd: &Arc<Pd>,
+    waiter: &Arc<Waiter>,
+    left: &mut Jiffies,
+    peer: Peer,
+    reply: &HelloReply,
+    hello: &Hello,
+    secret: Option<&Secret>,
+) -> Result {
+    let Some(secret) = secret else {
+        pr_err!(
+            "probe {peer}: export {} requires a secret (give secret=)\n",
+            hello.export
+        );
+        return Err(errno(kb::EACCES));
+    };
+    let a = AuthRequest {
+        credits: 0,
+        tag: AUTH_TAG,
+        proof: auth::proof(secret.as_bytes(), &reply.challenge, hello),
+    };
+    let resp = exchange(cm, pd, waiter, left, peer, &a.to_bytes(), "authentication")?;
+    if resp.tag != AUTH_TAG || resp.status != Status::Ok {
+        pr_err!(
+            "probe {peer}: authentication refused: tag {} status {}\n",
+            resp.tag,
+            resp.status
+        );
+        return Err(errno(kb::EACCES));
+    }
+    Ok(())
 }
 
 /// Sends one `Nop` and checks its response.
@@ -211,15 +266,6 @@ fn nop(
         pr_err!("probe {peer}: the target granted no credits; cannot send a request\n");
         return Err(errno(kb::EPROTO));
     }
-    let mut msg = Msg::new(
-        pd,
-        REQUEST_LEN,
-        MsgDir::Send,
-        ProbeMsg {
-            waiter: waiter.clone(),
-            recv: false,
-        },
-    )?;
     let req = Request {
         opcode: Opcode::Nop,
         flags: 0,
@@ -230,59 +276,9 @@ fn nop(
         data_crc: 0,
         buf: RemoteBuf::default(),
     };
-    req.encode(msg.data_mut().first_chunk_mut().ok_or(EINVAL)?);
     let t0 = Ktime::ktime_get();
-    cm.post_send(msg).map_err(|(e, _)| e)?;
-
-    enum Outcome {
-        Received(Wc, [u8; RESPONSE_LEN]),
-        SendFailed(Wc),
-        Event(CmEvent),
-    }
-    let outcome = waiter
-        .wait(left, |s| {
-            if let Some((wc, data)) = s.received.take() {
-                return Some(Outcome::Received(wc, data));
-            }
-            if let Some(wc) = s.sent.filter(|wc| !wc.is_ok()) {
-                return Some(Outcome::SendFailed(wc));
-            }
-            s.event.take().map(Outcome::Event)
-        })
-        .inspect_err(|e| pr_err!("probe {peer}: no response to the NOP ({e:?})\n"))?;
+    let (resp, wc) = exchange_wc(cm, pd, waiter, left, peer, &req.to_bytes(), "NOP")?;
     let us = (Ktime::ktime_get().to_ns() - t0.to_ns()) / 1000;
-    let (wc, data) = match outcome {
-        Outcome::Received(wc, data) => (wc, data),
-        Outcome::SendFailed(wc) => {
-            pr_err!(
-                "probe {peer}: the NOP's Send failed: {} (status {}, vendor {:#x})\n",
-                wc.status_str(),
-                wc.status(),
-                wc.vendor_err()
-            );
-            return Err(EIO);
-        }
-        Outcome::Event(ev) => {
-            return Err(fail("probe", peer, "waiting for the NOP's response", &ev))
-        }
-    };
-    if !wc.is_ok() {
-        pr_err!(
-            "probe {peer}: the response's Receive failed: {} (status {}, vendor {:#x})\n",
-            wc.status_str(),
-            wc.status(),
-            wc.vendor_err()
-        );
-        return Err(EIO);
-    }
-    let resp =
-        Response::decode(&data[..(wc.byte_len() as usize).min(RESPONSE_LEN)]).map_err(|e| {
-            pr_err!(
-                "probe {peer}: undecodable response ({e:?}, {} bytes)\n",
-                wc.byte_len()
-            );
-            errno(kb::EPROTO)
-        })?;
     if resp.tag != NOP_TAG || resp.status != Status::Ok {
         pr_err!(
             "probe {peer}: NOP answered with tag {} status {}\n",
@@ -305,4 +301,89 @@ fn nop(
         us
     );
     Ok(())
+}
+
+/// Sends one message and returns its response.
+fn exchange(
+    cm: &CmId<ConnEvents<Arc<Waiter>>>,
+    pd: &Arc<Pd>,
+    waiter: &Arc<Waiter>,
+    left: &mut Jiffies,
+    peer: Peer,
+    bytes: &[u8; REQUEST_LEN],
+    what: &str,
+) -> Result<Response> {
+    exchange_wc(cm, pd, waiter, left, peer, bytes, what).map(|(r, _)| r)
+}
+
+/// Sends one message and returns its response, with the receive's completion.
+fn exchange_wc(
+    cm: &CmId<ConnEvents<Arc<Waiter>>>,
+    pd: &Arc<Pd>,
+    waiter: &Arc<Waiter>,
+    left: &mut Jiffies,
+    peer: Peer,
+    bytes: &[u8; REQUEST_LEN],
+    what: &str,
+) -> Result<(Response, Wc)> {
+    let mut msg = Msg::new(
+        pd,
+        REQUEST_LEN,
+        MsgDir::Send,
+        ProbeMsg {
+            waiter: waiter.clone(),
+            recv: false,
+        },
+    )?;
+    *msg.data_mut().first_chunk_mut().ok_or(EINVAL)? = *bytes;
+    waiter.state.lock().sent = None;
+    cm.post_send(msg).map_err(|(e, _)| e)?;
+
+    enum Outcome {
+        Received(Wc, [u8; RESPONSE_LEN]),
+        SendFailed(Wc),
+        Event(CmEvent),
+    }
+    let outcome = waiter
+        .wait(left, |s| {
+            if let Some((wc, data)) = s.received.take() {
+                return Some(Outcome::Received(wc, data));
+            }
+            if let Some(wc) = s.sent.filter(|wc| !wc.is_ok()) {
+                return Some(Outcome::SendFailed(wc));
+            }
+            s.event.take().map(Outcome::Event)
+        })
+        .inspect_err(|e| pr_err!("probe {peer}: no response to the {what} ({e:?})\n"))?;
+    let (wc, data) = match outcome {
+        Outcome::Received(wc, data) => (wc, data),
+        Outcome::SendFailed(wc) => {
+            pr_err!(
+                "probe {peer}: the {what}'s Send failed: {} (status {}, vendor {:#x})\n",
+                wc.status_str(),
+                wc.status(),
+                wc.vendor_err()
+            );
+            return Err(EIO);
+        }
+        Outcome::Event(ev) => return Err(fail("probe", peer, "waiting for a response", &ev)),
+    };
+    if !wc.is_ok() {
+        pr_err!(
+            "probe {peer}: the response's Receive failed: {} (status {}, vendor {:#x})\n",
+            wc.status_str(),
+            wc.status(),
+            wc.vendor_err()
+        );
+        return Err(EIO);
+    }
+    let resp =
+        Response::decode(&data[..(wc.byte_len() as usize).min(RESPONSE_LEN)]).map_err(|e| {
+            pr_err!(
+                "probe {peer}: undecodable response ({e:?}, {} bytes)\n",
+                wc.byte_len()
+            );
+            errno(kb::EPROTO)
+        })?;
+    Ok((resp, wc))
 }

@@ -232,12 +232,29 @@ pub(crate) struct ConnSpec<'a> {
     pub(crate) session_id: u32,
     /// The connection set this connection belongs to.
     pub(crate) epoch: u32,
+    /// [`Hello::flags`] (read-only, say).
+    pub(crate) hello_flags: u16,
     /// What the connection needs; the device must offer at least that much.
     pub(crate) caps: QpCaps,
     pub(crate) cq_entries: u32,
     pub(crate) poll: PollCtx,
     /// The whole set-up, from resolving to the accept.
     pub(crate) budget_ms: u32,
+}
+
+impl ConnSpec<'_> {
+    /// The Hello this connection sends, granting `recv_credits`.
+    pub(crate) fn hello(&self, recv_credits: u16) -> Hello {
+        Hello {
+            flags: self.hello_flags,
+            queue_id: self.queue_id,
+            queue_count: self.queue_count,
+            recv_credits,
+            session_id: self.session_id,
+            epoch: self.epoch,
+            export: self.export,
+        }
+    }
 }
 
 /// RDMA Reads we let the target have outstanding on our pages, and we on the target's (none),
@@ -341,15 +358,7 @@ pub(crate) fn connect<W: Watcher>(
     let recv_credits = prepare(&cm, &pd)?;
     cm.set_ack_timeout(ACK_TIMEOUT_EXP)?;
 
-    let hello = Hello {
-        flags: 0,
-        queue_id: spec.queue_id,
-        queue_count: spec.queue_count,
-        recv_credits,
-        session_id: spec.session_id,
-        epoch: spec.epoch,
-        export: spec.export,
-    };
+    let hello = spec.hello(recv_credits);
     cm.connect(
         &hello.to_bytes(),
         ConnParams {

@@ -34,11 +34,13 @@ use crate::kapi::delay::sleep_ms;
 use crate::kapi::frwr::{DmaRq, InvError, InvToken, MrEvent};
 use crate::kapi::rdma_cm::{CmEvent, QpCaps};
 use crate::kapi::verbs::{DeviceId, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
+use crate::proto::auth;
 use crate::proto::credits::{CreditReceiver, CreditSender};
 use crate::proto::policy::Transport;
 use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    HelloReply, Opcode, RemoteBuf, ReqId, Request, Response, REQUEST_LEN, RESPONSE_LEN,
+    features, AuthRequest, Hello, HelloReply, Opcode, RemoteBuf, ReqId, Request, Response, Status,
+    REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
@@ -49,7 +51,8 @@ pub(crate) const QUEUE_DEPTH: u16 = 64;
 pub(crate) const MR_PAGES: u32 = 257;
 /// Largest request, from the MR size.
 pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * crate::kapi::frwr::MR_PAGE_SIZE;
-/// The slot of keepalive NOPs, after blk-mq's tags.
+/// The slot of keepalive NOPs, after blk-mq's tags; the authentication, before any of them,
+/// uses it too.
 const KEEPALIVE_SLOT: u16 = QUEUE_DEPTH;
 /// Slots: blk-mq's tags and the keepalive's.
 const SLOTS: usize = QUEUE_DEPTH as usize + 1;
@@ -103,6 +106,18 @@ struct Inner {
     /// Since when requests have waited with no credit granted and none in flight (a target
     /// that stopped granting: nothing would ever complete to bring one back).
     starved_ms: Option<i64>,
+    /// Where the connection's authentication stands (an export with a secret).
+    auth: Auth,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Auth {
+    /// Not asked for, or done.
+    None,
+    /// Sent; its answer is awaited.
+    Pending,
+    Accepted,
+    Denied(Status),
 }
 
 /// One hardware queue's connection.
@@ -200,6 +215,7 @@ impl RdmaQueue {
                     last_rx_ms: now_ms(),
                     keepalive_sent_ms: None,
                     starved_ms: None,
+                    auth: Auth::None,
                 }, "rdmadisk::rdma_queue"),
             }),
             GFP_KERNEL,
@@ -213,6 +229,7 @@ impl RdmaQueue {
             queue_count: info.nr_queues,
             session_id: info.session_id,
             epoch: id.epoch,
+            hello_flags: info.hello_flags(),
             caps: QpCaps {
                 // REG_MR, SEND and a LOCAL_INV per tag, the keepalive's SEND, an injected
                 // fault's, and the drain's (`ib_drain_qp` posts one to each queue).
@@ -227,6 +244,7 @@ impl RdmaQueue {
             budget_ms,
         };
         let watch = QueueWatch { queue: q.clone() };
+        let t0 = now_ms();
         let res = rdma_conn::connect(&spec, ConnEvents::new(watch)?, |cm, pd| {
             let mut slots = KVec::with_capacity(SLOTS, GFP_KERNEL)?;
             for slot in 0..SLOTS as u16 {
@@ -254,16 +272,21 @@ impl RdmaQueue {
             }
             Ok(g.recv_credits.take_grant())
         });
-        match res {
-            Ok(conn) => {
-                let reply = conn.reply;
-                q.dev.store(conn.dev.id().to_bits(), Ordering::Release);
-                let mut g = q.inner.lock();
-                g.send_credits = CreditSender::new(reply.initial_credits);
-                g.conn = Some(conn);
-                drop(g);
-                Ok((q, reply))
+        let res = res.and_then(|conn| {
+            let reply = conn.reply;
+            q.dev.store(conn.dev.id().to_bits(), Ordering::Release);
+            let mut g = q.inner.lock();
+            g.send_credits = CreditSender::new(reply.initial_credits);
+            g.conn = Some(conn);
+            drop(g);
+            if reply.features & features::AUTH != 0 {
+                let left = i64::from(budget_ms) - (now_ms() - t0);
+                q.authenticate(&spec.hello(0), &reply, left.max(1000))?;
             }
+            Ok(reply)
+        });
+        match res {
+            Ok(reply) => Ok((q, reply)),
             Err(e) => {
                 // The posted receives were flushed when the id was dropped; the Send buffers
                 // refer to the queue and must go for it to be freed.
@@ -275,6 +298,101 @@ impl RdmaQueue {
 
     fn stats(&self) -> &Stats {
         &self.host.info().stats
+    }
+
+    /// Proves the disk's secret on this new connection (its export asked, with `reply`'s
+    /// challenge) and waits up to `budget_ms` for the target to accept it; nothing else goes
+    /// on the connection before. `EACCES` if the disk has no secret or the target denies it.
+    /// May sleep.
+    fn authenticate(&self, hello: &Hello, reply: &HelloReply, budget_ms: i64) -> Result {
+        let info = self.host.info();
+        let Some(secret) = info.secret.as_ref() else {
+            pr_err!(
+                "{}: export {} requires a secret: map it with secret=\n",
+                info.name(),
+                info.export
+            );
+            return Err(crate::rdma_conn::errno(kernel::bindings::EACCES));
+        };
+        let proof = auth::proof(secret.as_bytes(), &reply.challenge, hello);
+        {
+            let mut guard = self.inner.lock();
+            let g = &mut *guard;
+            let Some(mut msg) = g
+                .slots
+                .get_mut(usize::from(KEEPALIVE_SLOT))
+                .and_then(|s| s.send.take())
+            else {
+                return Err(EBUSY);
+            };
+            let id = match g.tags.issue(KEEPALIVE_SLOT) {
+                Ok(id) => id,
+                Err(_) => {
+                    g.slots[usize::from(KEEPALIVE_SLOT)].send = Some(msg);
+                    return Err(EBUSY);
+                }
+            };
+            if !g.send_credits.try_consume() {
+                pr_err!(
+                    "{}: queue {}: the target granted no credit for the authentication\n",
+                    info.name(),
+                    self.id.qid
+                );
+                g.tags.release(KEEPALIVE_SLOT);
+                g.slots[usize::from(KEEPALIVE_SLOT)].send = Some(msg);
+                return Err(crate::rdma_conn::errno(kernel::bindings::EPROTO));
+            }
+            let a = AuthRequest {
+                credits: g.recv_credits.take_grant(),
+                tag: id.tag(),
+                proof,
+            };
+            if let Some(out) = msg.data_mut().first_chunk_mut() {
+                a.encode(out);
+            }
+            g.auth = Auth::Pending;
+            let Some(conn) = g.conn.as_ref() else {
+                return Err(ENODEV);
+            };
+            if let Err((e, msg)) = conn.cm.post_send(msg) {
+                g.slots[usize::from(KEEPALIVE_SLOT)].send = Some(msg);
+                return Err(e);
+            }
+        }
+        // The answer comes through `on_recv`; the connection is ours alone until this returns,
+        // so a short poll costs nothing.
+        let deadline = now_ms() + budget_ms;
+        loop {
+            let state = self.inner.lock().auth;
+            match state {
+                Auth::Accepted => {
+                    self.inner.lock().auth = Auth::None;
+                    return Ok(());
+                }
+                Auth::Denied(st) => {
+                    pr_err!(
+                        "{}: queue {}: the target refused our secret for export {}: {st}\n",
+                        info.name(),
+                        self.id.qid,
+                        info.export
+                    );
+                    return Err(crate::rdma_conn::errno(kernel::bindings::EACCES));
+                }
+                Auth::None | Auth::Pending => {}
+            }
+            if self.is_failed() {
+                return Err(crate::rdma_conn::errno(kernel::bindings::ECONNRESET));
+            }
+            if now_ms() > deadline {
+                pr_err!(
+                    "{}: queue {}: no answer to the authentication within {budget_ms} ms\n",
+                    info.name(),
+                    self.id.qid
+                );
+                return Err(crate::rdma_conn::errno(kernel::bindings::ETIMEDOUT));
+            }
+            sleep_ms(5);
+        }
     }
 
     fn name(&self) -> &str {
@@ -584,6 +702,17 @@ impl RdmaQueue {
             return;
         }
         let _ = g.tags.answer(id);
+        if id.slot == KEEPALIVE_SLOT && g.auth == Auth::Pending {
+            if wc.invalidated_rkey().is_some() {
+                return self.fail_locked(g, "the authentication's answer invalidated a key");
+            }
+            g.send_credits.complete();
+            g.auth = match resp.status {
+                Status::Ok => Auth::Accepted,
+                st => Auth::Denied(st),
+            };
+            return;
+        }
         if id.slot == KEEPALIVE_SLOT {
             if g.keepalive_sent_ms.take().is_none() || wc.invalidated_rkey().is_some() {
                 return self.fail_locked(g, "unexpected keepalive response");

@@ -34,12 +34,14 @@ use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
 use crate::kapi::socket::{SockEvents, TcpSocket};
 use crate::kapi::work;
+use crate::proto::auth;
 use crate::proto::credits::CreditSender;
 use crate::proto::policy::Transport;
 use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, ReqId, Request, Response,
-    Status, FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
+    features, AuthRequest, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, ReqId,
+    Request, Response, Status, FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN,
+    RESPONSE_LEN,
 };
 use crate::rdma_conn::errno;
 use crate::rdma_queue::QUEUE_DEPTH;
@@ -265,6 +267,9 @@ impl TcpQueue {
                 )
             })?;
         let reply = q.hello(&sock)?;
+        if reply.features & features::AUTH != 0 {
+            q.authenticate(&sock, &reply)?;
+        }
         sock.set_timeout_ms(disk.io_timeout_ms());
         let ka = disk.keepalive_ms();
         if ka > 0 {
@@ -284,17 +289,74 @@ impl TcpQueue {
         Ok((q, reply))
     }
 
-    fn hello(&self, sock: &Socket) -> Result<HelloReply> {
+    /// This connection's Hello.
+    fn hello_msg(&self) -> Hello {
         let d = self.host.info();
-        let hello = Hello {
-            flags: 0,
+        Hello {
+            flags: d.hello_flags(),
             queue_id: self.id.qid,
             queue_count: d.nr_queues,
             recv_credits: QUEUE_DEPTH,
             session_id: d.session_id,
             epoch: self.id.epoch,
             export: d.export,
+        }
+    }
+
+    /// Proves the disk's secret (the export asked, with `reply`'s challenge) before anything
+    /// else goes on the connection, and waits for the target's answer: `EACCES` if the disk
+    /// has no secret or the target denies it.
+    fn authenticate(&self, sock: &Socket, reply: &HelloReply) -> Result {
+        let d = self.host.info();
+        let Some(secret) = d.secret.as_ref() else {
+            pr_err!(
+                "{}: export {} requires a secret: map it with secret=\n",
+                d.name(),
+                d.export
+            );
+            return Err(errno(kb::EACCES));
         };
+        let a = AuthRequest {
+            credits: 0,
+            tag: 0,
+            proof: auth::proof(secret.as_bytes(), &reply.challenge, &self.hello_msg()),
+        };
+        let out: [u8; FRAME_HEADER_LEN + REQUEST_LEN] = frame(FrameKind::Request, &a.to_bytes(), 0);
+        sock.send(&out, false)?;
+        let mut buf = [0u8; FRAME_HEADER_LEN + RESPONSE_LEN];
+        let n = sock.recv(&mut buf, true)?;
+        let resp = match (n, FrameHeader::decode(&buf)) {
+            (n, Ok(h)) if n == buf.len() && h.kind == FrameKind::Response && h.data_len == 0 => {
+                Response::decode(&buf[FRAME_HEADER_LEN..]).ok()
+            }
+            _ => None,
+        };
+        match resp {
+            Some(r) if r.status == Status::Ok => Ok(()),
+            Some(r) => {
+                pr_err!(
+                    "{}: queue {}: the target refused our secret for export {}: {}\n",
+                    d.name(),
+                    self.id.qid,
+                    d.export,
+                    r.status
+                );
+                Err(errno(kb::EACCES))
+            }
+            None => {
+                pr_err!(
+                    "{}: queue {}: no valid answer to the authentication over TCP\n",
+                    d.name(),
+                    self.id.qid
+                );
+                Err(errno(kb::EPROTO))
+            }
+        }
+    }
+
+    fn hello(&self, sock: &Socket) -> Result<HelloReply> {
+        let d = self.host.info();
+        let hello = self.hello_msg();
         let out: [u8; FRAME_HEADER_LEN + HELLO_LEN] = frame(FrameKind::Hello, &hello.to_bytes(), 0);
         sock.send(&out, false)?;
         let mut buf = [0u8; FRAME_HEADER_LEN + HELLO_REPLY_LEN];

@@ -593,7 +593,15 @@ impl DiskDev {
         }
         let budget = interval.clamp(PROBE_BUDGET_MIN_MS, PROBE_BUDGET_MAX_MS) as u32;
         let ok = !self.info.faults.hit(Fault::FailConnect)
-            && probe::run(self.name(), self.info.peer, self.info.export, budget, false).is_ok();
+            && probe::run(
+                self.name(),
+                self.info.peer,
+                self.info.export,
+                self.info.secret.as_ref(),
+                budget,
+                false,
+            )
+            .is_ok();
         // Counted when done, so that probes - probe_failures is the successes so far.
         Stats::inc(&self.info.stats.probes);
         if !ok {
