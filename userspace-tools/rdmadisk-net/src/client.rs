@@ -5,8 +5,10 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
+use rdmadisk_proto::auth::{self, Secret};
 use rdmadisk_proto::wire::{
-    ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request, Response,
+    features, AuthRequest, ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request,
+    Response, Status,
 };
 
 use crate::framing::{self, Frame};
@@ -17,6 +19,8 @@ pub enum ConnectError {
     Io(io::Error),
     /// The target answered the Hello with this status.
     Refused(HelloStatus),
+    /// The export wants a secret and none was given, or the target denied the one given.
+    Denied(&'static str),
     /// The target's answer was not a valid HelloReply.
     Protocol(String),
 }
@@ -26,6 +30,7 @@ impl std::fmt::Display for ConnectError {
         match self {
             ConnectError::Io(e) => write!(f, "{e}"),
             ConnectError::Refused(s) => write!(f, "target refused the connection: {s:?}"),
+            ConnectError::Denied(why) => write!(f, "authentication: {why}"),
             ConnectError::Protocol(m) => write!(f, "protocol error: {m}"),
         }
     }
@@ -55,6 +60,10 @@ pub struct ConnectOptions {
     pub queue_id: u16,
     pub queue_count: u16,
     pub timeout: Duration,
+    /// The export's secret, proven when the target asks.
+    pub secret: Option<Secret>,
+    /// Hello flags (`hello_flags::READ_ONLY`).
+    pub flags: u16,
 }
 
 impl ConnectOptions {
@@ -70,6 +79,8 @@ impl ConnectOptions {
             queue_id: 0,
             queue_count: 1,
             timeout: Duration::from_secs(10),
+            secret: None,
+            flags: 0,
         }
     }
 }
@@ -106,7 +117,7 @@ impl TcpClient {
         let export = ExportName::new(opts.export.as_bytes())
             .map_err(|e| ConnectError::Protocol(e.to_string()))?;
         let hello = Hello {
-            flags: 0,
+            flags: opts.flags,
             queue_id: opts.queue_id,
             queue_count: opts.queue_count,
             recv_credits: opts.recv_credits,
@@ -122,6 +133,30 @@ impl TcpClient {
         match framing::read_frame(&mut c.stream, 0) {
             Ok(Frame::HelloReply(r)) if r.status == HelloStatus::Ok => {
                 c.reply = r;
+                if r.features & features::AUTH != 0 {
+                    let Some(secret) = &opts.secret else {
+                        return Err(ConnectError::Denied("the export requires a secret"));
+                    };
+                    let a = AuthRequest {
+                        credits: 0,
+                        tag: 0,
+                        proof: auth::proof(secret.as_bytes(), &r.challenge, &hello),
+                    };
+                    framing::write_auth(&mut c.stream, &a)?;
+                    match framing::read_frame(&mut c.stream, 0) {
+                        Ok(Frame::Response(resp, 0)) if resp.status == Status::Ok => {}
+                        Ok(Frame::Response(..)) => {
+                            return Err(ConnectError::Denied("the target denied the secret"))
+                        }
+                        Ok(f) => {
+                            return Err(ConnectError::Protocol(format!(
+                                "expected the authentication's answer, got {f:?}"
+                            )))
+                        }
+                        Err(framing::FrameError::Io(e)) => return Err(ConnectError::Io(e)),
+                        Err(e) => return Err(ConnectError::Protocol(e.to_string())),
+                    }
+                }
                 c.stream.set_read_timeout(None)?;
                 Ok(c)
             }

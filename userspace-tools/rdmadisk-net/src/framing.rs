@@ -5,8 +5,8 @@ use std::fmt;
 use std::io::{self, Read, Write};
 
 use rdmadisk_proto::wire::{
-    DecodeError, FrameHeader, FrameKind, Hello, HelloReply, Request, Response, FRAME_HEADER_LEN,
-    HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
+    AuthRequest, DecodeError, FrameHeader, FrameKind, Hello, HelloReply, Request, Response,
+    FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 
 /// Why a frame could not be read.
@@ -186,6 +186,11 @@ pub fn write_hello_reply<W: Write>(w: &mut W, h: &HelloReply) -> io::Result<()> 
 /// Writes a Request frame followed by `data` (write data; empty otherwise).
 pub fn write_request<W: Write>(w: &mut W, req: &Request, data: &[u8]) -> io::Result<()> {
     write_parts(w, FrameKind::Request, &req.to_bytes(), data)
+}
+
+/// Writes an authentication (a Request frame carrying an [`AuthRequest`]).
+pub fn write_auth<W: Write>(w: &mut W, a: &AuthRequest) -> io::Result<()> {
+    write_parts(w, FrameKind::Request, &a.to_bytes(), &[])
 }
 
 /// Writes a Response frame followed by `data` (read data; empty otherwise).

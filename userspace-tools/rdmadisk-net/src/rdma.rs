@@ -450,6 +450,14 @@ impl CmId {
         unsafe { from_sockaddr(sys::rdma_get_local_addr(self.raw.as_ref())) }
     }
 
+    /// Identifies this id's device (its verbs context), once it has one: ids on one device
+    /// may share a protection domain, and buffers registered in it.
+    pub fn device_key(&self) -> Option<usize> {
+        // SAFETY: raw is live; verbs is a plain field.
+        let ctx = unsafe { (*self.raw.as_ptr()).verbs };
+        (!ctx.is_null()).then_some(ctx as usize)
+    }
+
     /// Allocates a protection domain on this id's device (after bind/resolve or on a request).
     pub fn alloc_pd(&self) -> io::Result<Arc<Pd>> {
         // SAFETY: raw is live; verbs is either NULL or a context owned by librdmacm for its life.
@@ -759,6 +767,30 @@ pub fn max_qp_rd_atom(pd: &Pd) -> io::Result<u32> {
     // SAFETY: initialised by the successful query (and zeroed before).
     let attr = unsafe { attr.assume_init() };
     Ok(attr.max_qp_init_rd_atom.max(0) as u32)
+}
+
+/// What a device allows, for sizing a connection's queues against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    pub max_qp_wr: u32,
+    pub max_cqe: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_mr_size: u64,
+}
+
+/// The device's limits.
+pub fn device_limits(pd: &Pd) -> io::Result<DeviceLimits> {
+    let mut attr = MaybeUninit::<sys::ibv_device_attr>::zeroed();
+    // SAFETY: ctx is a live device context; attr is a valid out-pointer.
+    check(unsafe { sys::ibv_query_device(pd.ctx, attr.as_mut_ptr()) })?;
+    // SAFETY: initialised by the successful query (and zeroed before).
+    let a = unsafe { attr.assume_init() };
+    Ok(DeviceLimits {
+        max_qp_wr: a.max_qp_wr.max(0) as u32,
+        max_cqe: a.max_cqe.max(0) as u32,
+        max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
+        max_mr_size: a.max_mr_size,
+    })
 }
 
 /// Access flags for memory regions and windows.
@@ -1146,6 +1178,43 @@ impl Cq {
                 unsafe { sys::ibv_ack_cq_events(cq, n) };
             }
         }
+    }
+}
+
+impl Cq {
+    /// Arms the CQ: its channel becomes readable at the next completion. Poll once more
+    /// after arming (a completion may have come in between).
+    pub fn arm(&self) -> io::Result<()> {
+        // SAFETY: raw is live.
+        check(unsafe { sys::ibv_req_notify_cq(self.raw.as_ptr(), 0) })
+    }
+
+    /// The channel's fd, to wait on with poll or io_uring.
+    pub fn channel_fd(&self) -> Option<RawFd> {
+        self.channel.as_ref().map(|c| c.fd())
+    }
+
+    /// Takes the event that made the channel readable (call only then: it blocks otherwise),
+    /// and acknowledges events in batches.
+    pub fn take_event(&self) -> io::Result<()> {
+        let Some(ch) = &self.channel else {
+            return Ok(());
+        };
+        let mut cq: *mut sys::ibv_cq = ptr::null_mut();
+        let mut ctx: *mut c_void = ptr::null_mut();
+        // SAFETY: the channel is live and (by the caller's contract) readable; out-pointers
+        // are valid.
+        check(unsafe { sys::ibv_get_cq_event(ch.raw.as_ptr(), &mut cq, &mut ctx) })?;
+        let n = self
+            .unacked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if n >= 64 {
+            self.unacked.store(0, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: acking events obtained from this CQ's channel.
+            unsafe { sys::ibv_ack_cq_events(cq, n) };
+        }
+        Ok(())
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use rdmadisk_net::client::{ConnectError, ConnectOptions};
+use rdmadisk_proto::auth::Secret;
 
 use transport::Transport;
 use workload::{Params, Report};
@@ -109,6 +110,20 @@ struct Args {
     /// Expect the target to refuse the connection with this status; exit 0 only if it does.
     #[arg(long, value_name = "STATUS", value_parser = ["not-allowed", "no-such-export", "busy", "invalid", "bad-version", "stale"])]
     expect_refused: Option<String>,
+    /// The export's secret (hex), proven when the target asks.
+    #[arg(long)]
+    secret: Option<String>,
+    /// Misbehave instead of running the workload (tests of the target): ignore-credits (send
+    /// --count NOPs without regard to credits; the target must cut the connection off), idle
+    /// (attach and do nothing; the target must close it), no-credits (grant the target no
+    /// response credit and send one request; it must close it), flood (open --count
+    /// connections and hold them --hold-secs; the target must refuse those over its caps).
+    /// RDMA only.
+    #[arg(long, value_parser = ["ignore-credits", "idle", "no-credits", "flood"])]
+    hostile: Option<String>,
+    /// With --hostile flood: seconds to hold the connections.
+    #[arg(long, default_value_t = 5)]
+    hold_secs: u64,
     /// Print every request.
     #[arg(long, short)]
     verbose: bool,
@@ -124,6 +139,14 @@ fn main() -> ExitCode {
         }
     };
     let timeout = Duration::from_secs(a.timeout_secs);
+    let secret = match a.secret.as_deref().map(|h| Secret::from_hex(h.as_bytes())) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            eprintln!("rdmadisk-testclient: --secret: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // Linux never hands out pid 0; max(1) keeps a default run from ever being an unfenced
     // probe should that change.
     let session_id = a.session_id.unwrap_or_else(|| std::process::id().max(1));
@@ -141,6 +164,7 @@ fn main() -> ExitCode {
                 timeout,
                 session_id,
                 epoch: a.epoch,
+                secret,
                 ..ConnectOptions::new(&a.export)
             };
             let c = transport::Tcp::connect(addr, &opts, slots, max_io);
@@ -163,7 +187,11 @@ fn main() -> ExitCode {
                 session_id,
                 epoch: a.epoch,
                 mr_rkey: a.mr_rkey,
+                secret,
             };
+            if let Some(mode) = a.hostile.as_deref() {
+                return hostile(mode, addr, &opts, &a);
+            }
             let c = rdma_transport::Rdma::connect(addr, &opts);
             let probe = a.probe_dead_rkey;
             finish(&a, c, move |t: &mut rdma_transport::Rdma| {
@@ -177,6 +205,64 @@ fn main() -> ExitCode {
                 }
                 Ok(r)
             })
+        }
+    }
+}
+
+/// `--hostile MODE` over RDMA: one misbehaviour, and whether the target dealt with it.
+#[cfg(feature = "rdma")]
+fn hostile(mode: &str, addr: SocketAddr, opts: &rdma_transport::RdmaOptions, a: &Args) -> ExitCode {
+    let outcome = match mode {
+        "flood" => {
+            let (mut held, mut busy, mut other) = (Vec::new(), 0u64, 0u64);
+            for _ in 0..a.count {
+                match rdma_transport::Rdma::connect(addr, opts) {
+                    Ok(c) => held.push(c),
+                    Err(ConnectError::Refused(rdmadisk_proto::wire::HelloStatus::Busy)) => {
+                        busy += 1
+                    }
+                    Err(e) => {
+                        other += 1;
+                        if other <= 3 {
+                            println!("# connect failed: {e}");
+                        }
+                    }
+                }
+            }
+            println!(
+                "flood: {} of {} connections accepted, {busy} refused Busy, {other} failed otherwise",
+                held.len(),
+                a.count
+            );
+            std::thread::sleep(Duration::from_secs(a.hold_secs));
+            for c in &mut held {
+                c.close();
+            }
+            if busy > 0 {
+                Ok(format!("{busy} connections over the caps were refused"))
+            } else {
+                Err("no connection was refused".to_string())
+            }
+        }
+        _ => match rdma_transport::Rdma::connect(addr, opts) {
+            Err(e) => Err(format!("cannot attach: {e}")),
+            Ok(mut c) => match mode {
+                "ignore-credits" => c.overrun_credits(a.count.min(100_000) as u32),
+                "idle" => c.wait_cut_off(false),
+                _ => c.wait_cut_off(true),
+            },
+        },
+    };
+    match outcome {
+        Ok(msg) => {
+            println!("ok - hostile {mode}: {msg}");
+            println!("RESULT: 1 passed, 0 failed");
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            println!("not ok - hostile {mode}: {msg}");
+            println!("RESULT: 0 passed, 1 failed");
+            ExitCode::FAILURE
         }
     }
 }

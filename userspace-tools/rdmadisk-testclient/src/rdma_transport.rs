@@ -27,9 +27,11 @@ use rdmadisk_net::rdma::{
     self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Mw, Pd, QpCaps,
     SendOp, SendWr,
 };
+use rdmadisk_proto::auth::{self, Secret};
 use rdmadisk_proto::credits::{CreditReceiver, CreditSender};
 use rdmadisk_proto::wire::{
-    ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request, Response, REQUEST_LEN,
+    features, AuthRequest, ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request,
+    Response, Status, REQUEST_LEN,
 };
 
 use crate::transport::{Done, Transport};
@@ -53,6 +55,8 @@ pub struct RdmaOptions {
     /// Diagnostic: expose the data MR's own rkey (MR registered with remote access) instead of
     /// binding memory windows; pair with a target run with `--no-invalidate`.
     pub mr_rkey: bool,
+    /// The export's secret, proven when the target asks.
+    pub secret: Option<Secret>,
 }
 
 struct Inflight {
@@ -153,13 +157,15 @@ impl Rdma {
             &cq,
             QpCaps {
                 max_send_wr: send_wr,
-                max_recv_wr: r as u32,
+                // At least one (a QP, or an MR, of size 0 is refused), even where none is
+                // posted (`--recv-credits 0`).
+                max_recv_wr: r.max(1) as u32,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
         )?;
-        let recv_mr = Mr::new(&pd, r * SLOT, Access::LOCAL_WRITE)?;
+        let recv_mr = Mr::new(&pd, r.max(1) * SLOT, Access::LOCAL_WRITE)?;
         let mut receiver = CreditReceiver::with_cap(u32::from(o.recv_credits));
         for s in 0..r {
             id.post_recv((K_RECV << 56) | s as u64, &recv_mr, s * SLOT, SLOT)?;
@@ -219,7 +225,7 @@ impl Rdma {
         let mws = (0..o.slots)
             .map(|_| Mw::new_type2(&pd))
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(Rdma {
+        let mut r = Rdma {
             id,
             ch,
             bound_before: vec![false; mws.len()],
@@ -255,7 +261,137 @@ impl Rdma {
             rebinds_after_invalidation: 0,
             credit_violations: 0,
             last_invalidated: None,
-        })
+        };
+        if r.reply.features & features::AUTH != 0 {
+            let Some(secret) = &o.secret else {
+                return Err(ConnectError::Denied("the export requires a secret"));
+            };
+            let a = AuthRequest {
+                credits: 0,
+                tag: 0xa0a0_0001,
+                proof: auth::proof(secret.as_bytes(), &r.reply.challenge, &hello),
+            };
+            match r.call_raw(a.tag, &a.to_bytes()) {
+                Ok(resp) if resp.status == Status::Ok => {}
+                Ok(_) => return Err(ConnectError::Denied("the target denied the secret")),
+                Err(e) => return Err(ConnectError::Io(e)),
+            }
+        }
+        Ok(r)
+    }
+
+    /// Sends one message (a request or an authentication) as it is, with a credit, from slot
+    /// 0, and waits for the response with `tag`.
+    fn call_raw(&mut self, tag: u32, bytes: &[u8; REQUEST_LEN]) -> io::Result<Response> {
+        if !self.sender.try_consume() {
+            return Err(io::Error::other("no credit"));
+        }
+        self.send_mr[..REQUEST_LEN].copy_from_slice(bytes);
+        self.id.post_send(&[SendWr {
+            wr_id: K_SEND << 56,
+            op: SendOp::Send,
+            local: Some((&self.send_mr, 0, REQUEST_LEN)),
+            signaled: true,
+        }])?;
+        self.sq_outstanding += 1;
+        self.inflight.insert(tag, Inflight { slot: 0, rkey: 0 });
+        let d = self.complete()?;
+        if d.resp.tag != tag {
+            return Err(io::Error::other("a response for another tag"));
+        }
+        Ok(d.resp)
+    }
+
+    /// Hostile: sends `n` NOPs back to back, ignoring the credits the target granted. The
+    /// target has posted a receive only per credit, so the extra ones meet none (an RNR error;
+    /// this side does not retry): `Ok` says how the connection ended.
+    pub fn overrun_credits(&mut self, n: u32) -> Result<String, String> {
+        // A full send queue is not the target's doing: it only ends the posting, and the
+        // connection must still fail (or be closed) for the overrun to count as cut off.
+        let mut posted = String::new();
+        for i in 0..n {
+            let req = Request {
+                opcode: Opcode::Nop,
+                flags: 0,
+                credits: 0,
+                tag: 0x0e00_0000 + i,
+                sector: 0,
+                length: 0,
+                data_crc: 0,
+                buf: RemoteBuf::default(),
+            };
+            let slot = (i as usize) % self.slots;
+            self.send_mr[slot * SLOT..slot * SLOT + REQUEST_LEN].copy_from_slice(&req.to_bytes());
+            if let Err(e) = self.id.post_send(&[SendWr {
+                wr_id: (K_SEND << 56) | slot as u64,
+                op: SendOp::Send,
+                local: Some((&self.send_mr, slot * SLOT, REQUEST_LEN)),
+                signaled: true,
+            }]) {
+                posted = format!("posting stopped after {i} sends ({e}); ");
+                break;
+            }
+            self.sq_outstanding += 1;
+            self.inflight.insert(req.tag, Inflight { slot, rkey: 0 });
+        }
+        let deadline = Instant::now() + self.timeout;
+        while Instant::now() < deadline {
+            match self.poll_once(Duration::from_millis(200)) {
+                Ok(_) => {}
+                Err(e) => {
+                    return Ok(format!(
+                        "{posted}the connection failed after {} responses: {e}",
+                        self.responses
+                    ))
+                }
+            }
+            if let Ok(Some(ev)) = self.ch.next_event(Some(Duration::ZERO)) {
+                if ev.kind() == CmEventKind::Disconnected {
+                    return Ok(format!("{posted}the target disconnected"));
+                }
+            }
+        }
+        Err(format!(
+            "{posted}sends against {} credits: {} answered, and nothing stopped them",
+            self.reply.initial_credits, self.responses
+        ))
+    }
+
+    /// Hostile: optionally sends one NOP (`send`), then waits for the target to end the
+    /// connection (an idle client, or one that grants no response credits), up to the
+    /// timeout. `Ok` says after how long.
+    pub fn wait_cut_off(&mut self, send: bool) -> Result<String, String> {
+        let t0 = Instant::now();
+        if send {
+            let req = Request {
+                opcode: Opcode::Nop,
+                flags: 0,
+                credits: 0,
+                tag: 0x0f00_0001,
+                sector: 0,
+                length: 0,
+                data_crc: 0,
+                buf: RemoteBuf::default(),
+            };
+            self.post(0, req, None).map_err(|e| e.to_string())?;
+        }
+        while t0.elapsed() < self.timeout {
+            if let Err(e) = self.poll_once(Duration::from_millis(200)) {
+                return Ok(format!(
+                    "the connection failed after {:?}: {e}",
+                    t0.elapsed()
+                ));
+            }
+            if !self.ready.is_empty() && send {
+                return Err("the target answered although this client granted no credit".into());
+            }
+            if let Ok(Some(ev)) = self.ch.next_event(Some(Duration::ZERO)) {
+                if ev.kind() == CmEventKind::Disconnected {
+                    return Ok(format!("the target disconnected after {:?}", t0.elapsed()));
+                }
+            }
+        }
+        Err(format!("still connected after {:?}", self.timeout))
     }
 
     fn post(
