@@ -1,21 +1,24 @@
-//! Transport-independent request handling: admission, fencing, the I/O itself, CRC checks,
-//! fault injection, and the HelloReply for an export.
+//! What every connection shares: the exports, who may attach, the fences, the buffer budget,
+//! the limits, the counters; and the transport-independent handling of a Hello and of a
+//! request's admission.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use rdmadisk_net::allow::AllowList;
-use rdmadisk_proto::crc32c::crc32c;
+use rdmadisk_proto::auth;
 use rdmadisk_proto::wire::{
-    features, req_flags, Hello, HelloReply, HelloStatus, Opcode, Request, Response, Status,
-    SECTOR_SHIFT, SECTOR_SIZE,
+    features, hello_flags, AuthRequest, Hello, HelloReply, HelloStatus, Opcode, Request, Response,
+    Status, CHALLENGE_LEN, SECTOR_SHIFT, SECTOR_SIZE,
 };
 
-use crate::export::Export;
+use crate::export::{Export, Exports, Hold};
 use crate::fence_table::{ConnFence, FenceTable, Refusal, FENCE_TABLE_CAP};
 use crate::hostile::{Hostile, Kind};
+use crate::pool::Budget;
 use crate::stats::Stats;
 
 /// Settings that shape every connection.
@@ -23,8 +26,22 @@ use crate::stats::Stats;
 pub struct Limits {
     pub max_io_bytes: u32,
     pub queue_depth: u16,
-    /// Receives posted per connection = request credits granted at attach.
+    /// Requests a connection may have in flight = receives posted (RDMA) = request credits
+    /// granted at attach.
     pub credits: u16,
+    /// Connections at once, per listener and per client host.
+    pub max_connections: usize,
+    pub max_connections_per_host: usize,
+    /// Time a client has for its whole Hello (TCP), from accept.
+    pub hello_timeout: Duration,
+    /// A connection with nothing in flight and nothing received for this long is closed
+    /// (the kernel client sends keepalives well within it); None: never.
+    pub idle_timeout: Option<Duration>,
+    /// A response that cannot be sent for this long (a client that does not read, or grants
+    /// no credits) closes the connection.
+    pub send_timeout: Duration,
+    /// How long SIGTERM waits for requests in flight before the target exits anyway.
+    pub shutdown_timeout: Duration,
     /// Corrupt one byte of read data after computing its CRC on 1 in N reads (0 = never).
     pub corrupt_read_every: u64,
     /// Treat 1 in N write CRCs as mismatched (0 = never).
@@ -45,35 +62,127 @@ pub struct Limits {
 pub struct Attached {
     pub export: Arc<Export>,
     pub fence: ConnFence,
+    /// Keeps an exclusive export held while the connection lives; `None` until a connection
+    /// that must authenticate has (see [`Export::may_hold`]).
+    pub hold: Option<Hold>,
+    /// The connection may modify the export: a client session (not a probe, session 0, which
+    /// is never fenced) that did not ask for read-only, on a writable export.
+    pub writes: bool,
+    /// The export requires authentication: the connection serves nothing until the client
+    /// answers this challenge (sent in the HelloReply).
+    pub challenge: Option<Challenge>,
+}
+
+/// What a client must prove on a connection to an export with a secret.
+pub struct Challenge {
+    pub nonce: [u8; CHALLENGE_LEN],
+    hello: Hello,
+}
+
+impl Challenge {
+    /// Whether `a` proves knowledge of `e`'s secret for this connection. Counted if not.
+    pub fn check(&self, t: &Target, e: &Export, a: &AuthRequest) -> bool {
+        let Some(secret) = &e.secret else {
+            return false;
+        };
+        let want = auth::proof(secret.as_bytes(), &self.nonce, &self.hello);
+        let ok = auth::proofs_equal(&want, &a.proof);
+        if !ok {
+            Stats::inc(&t.stats.auth_failures);
+        }
+        ok
+    }
+}
+
+/// Random bytes from the kernel (a challenge must not be guessable).
+fn random_nonce() -> [u8; CHALLENGE_LEN] {
+    let mut b = [0u8; CHALLENGE_LEN];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: getrandom writes at most the given length into the buffer we own.
+        let n = unsafe {
+            libc::getrandom(b[got..].as_mut_ptr() as *mut libc::c_void, b.len() - got, 0)
+        };
+        if n > 0 {
+            got += n as usize;
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // Never serve a predictable challenge: fail closed.
+            panic!("getrandom failed: {}", std::io::Error::last_os_error());
+        }
+    }
+    b
+}
+
+/// A client host's share of the connection cap, released on drop.
+pub struct Slot {
+    t: Arc<Target>,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut m = self
+            .t
+            .per_host
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+        self.t.connections.fetch_sub(1, Ordering::Relaxed);
+        self.t
+            .stats
+            .connections_active
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// State shared by every connection thread.
 pub struct Target {
-    pub exports: HashMap<String, Arc<Export>>,
+    pub exports: Exports,
+    /// Target-wide allow-list, checked before anything is read from a client.
     pub allow: AllowList,
+    /// No allow-list at all was configured, and that was meant (`allow_any`).
+    pub allow_any: bool,
     pub limits: Limits,
     pub stats: Stats,
+    pub budget: Arc<Budget>,
     pub shutdown: AtomicBool,
     fences: FenceTable,
+    connections: AtomicUsize,
+    per_host: Mutex<HashMap<IpAddr, usize>>,
     /// Which hostile kind acts next, across connections (see `hostile::Chooser`).
-    pub hostile_turn: std::sync::atomic::AtomicUsize,
+    pub hostile_turn: AtomicUsize,
     read_seq: AtomicU64,
     write_seq: AtomicU64,
 }
 
 impl Target {
-    pub fn new(exports: Vec<Export>, allow: AllowList, limits: Limits) -> Target {
+    pub fn new(
+        exports: Vec<Export>,
+        allow: AllowList,
+        allow_any: bool,
+        limits: Limits,
+        budget: Arc<Budget>,
+    ) -> Target {
         Target {
             exports: exports
                 .into_iter()
                 .map(|e| (e.name.clone(), Arc::new(e)))
                 .collect(),
             allow,
+            allow_any,
             limits,
             stats: Stats::default(),
+            budget,
             shutdown: AtomicBool::new(false),
             fences: FenceTable::new(FENCE_TABLE_CAP),
-            hostile_turn: std::sync::atomic::AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            per_host: Mutex::new(HashMap::new()),
+            hostile_turn: AtomicUsize::new(0),
             read_seq: AtomicU64::new(0),
             write_seq: AtomicU64::new(0),
         }
@@ -84,80 +193,196 @@ impl Target {
         self.shutdown.load(Ordering::Relaxed)
     }
 
+    /// Whether the target-wide list lets `ip` in (checked on accept, before reading).
+    pub fn admits(&self, ip: IpAddr) -> bool {
+        self.allow_any || self.allow.allows(ip)
+    }
+
+    /// A place for one more connection from `ip` under the caps, or `None` (counted).
+    pub fn connection_slot(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let ip = ip.to_canonical();
+        let mut m = self.per_host.lock().unwrap_or_else(PoisonError::into_inner);
+        let total = self.connections.load(Ordering::Relaxed);
+        let mine = m.get(&ip).copied().unwrap_or(0);
+        if total >= self.limits.max_connections || mine >= self.limits.max_connections_per_host {
+            Stats::inc(&self.stats.connections_over_cap);
+            return None;
+        }
+        *m.entry(ip).or_insert(0) += 1;
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        Stats::inc(&self.stats.connections_active);
+        Some(Slot {
+            t: self.clone(),
+            ip,
+        })
+    }
+
     /// Decides on a Hello from `peer`: the export to serve and the connection's fence, or the
-    /// refusal status. Refusals for fencing reasons are logged here, the others by the caller.
-    pub fn attach(&self, peer: Option<SocketAddr>, hello: &Hello) -> Result<Attached, HelloStatus> {
-        match peer.map(|p| p.ip()) {
-            Some(ip) if self.allow.allows(ip) => {}
-            None if self.allow.is_empty() => {}
-            _ => return Err(HelloStatus::NotAllowed),
+    /// refusal status and why. Refusals for fencing reasons are logged here.
+    pub fn attach(
+        &self,
+        peer: Option<IpAddr>,
+        hello: &Hello,
+    ) -> Result<Attached, (HelloStatus, String)> {
+        let ip = peer.map(|p| p.to_canonical());
+        match ip {
+            Some(ip) if self.admits(ip) => {}
+            None if self.allow_any => {}
+            _ => {
+                return Err((
+                    HelloStatus::NotAllowed,
+                    "address not on the allow-list".into(),
+                ))
+            }
         }
         if self.stopping() {
-            return Err(HelloStatus::Busy);
+            return Err((HelloStatus::Busy, "the target is shutting down".into()));
+        }
+        if hello.flags & !hello_flags::ALL != 0 {
+            return Err((HelloStatus::Invalid, "unknown Hello flags".into()));
         }
         if hello.queue_count == 0 || hello.queue_id >= hello.queue_count {
-            return Err(HelloStatus::Invalid);
+            return Err((HelloStatus::Invalid, "bad queue numbers".into()));
         }
         let export = self
             .exports
             .get(hello.export.as_str())
             .cloned()
-            .ok_or(HelloStatus::NoSuchExport)?;
-        // Peers whose address rdma_cm could not tell share one fence: they may then fence each
-        // other (failed writes, reported), where not fencing them could let an old write land
-        // over a newer one (silent corruption).
-        let ip = peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.ip());
-        let who = peer.map_or_else(|| "?".to_string(), |p| p.to_string());
+            .ok_or((HelloStatus::NoSuchExport, "no such export".into()))?;
+        if let Some(ip) = ip {
+            if !export.allows(ip) {
+                return Err((
+                    HelloStatus::NotAllowed,
+                    format!("address not on the allow-list of export {}", export.name),
+                ));
+            }
+        }
+        // Peers whose address could not be told share one fence (and one hold): they may then
+        // fence each other (failed writes, reported), where not fencing them could let an old
+        // write land over a newer one (silent corruption).
+        let ip = ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let writes =
+            hello.session_id != 0 && hello.flags & hello_flags::READ_ONLY == 0 && !export.read_only;
+        let busy = || {
+            Stats::inc(&self.stats.exclusive_refusals);
+            (
+                HelloStatus::Busy,
+                format!(
+                    "export {} is attached read-write by {} (exclusive)",
+                    export.name,
+                    export.holder().map_or("?".into(), |h| h.to_string())
+                ),
+            )
+        };
+        let hold = if export.secret.is_some() {
+            if !export.may_hold(ip, writes) {
+                return Err(busy());
+            }
+            None
+        } else {
+            Some(export.hold(ip, writes).ok_or_else(busy)?)
+        };
         let (session, epoch) = (hello.session_id, hello.epoch);
+        let challenge = export.secret.as_ref().map(|_| Challenge {
+            nonce: random_nonce(),
+            hello: *hello,
+        });
         match self.fences.attach(ip, &export.name, session, epoch) {
-            Ok(fence) => Ok(Attached { export, fence }),
+            Ok(fence) => Ok(Attached {
+                export,
+                fence,
+                hold,
+                writes,
+                challenge,
+            }),
             Err(Refusal::Full) => {
                 Stats::inc(&self.stats.fence_table_full);
-                eprintln!(
-                    "rdmadisk-target: refusing {who} for export {} (session {session}): the fence table is full ({FENCE_TABLE_CAP} address/export pairs); answering Busy",
-                    export.name
-                );
-                Err(HelloStatus::Busy)
+                Err((
+                    HelloStatus::Busy,
+                    format!("the fence table is full ({FENCE_TABLE_CAP} address/export pairs)"),
+                ))
             }
             Err(Refusal::Stale { current }) => {
                 Stats::inc(&self.stats.stale_hellos);
                 let (cs, ce) = current.unwrap_or((0, 0));
-                eprintln!(
-                    "rdmadisk-target: stale hello from {who} for export {}: session {session} epoch {epoch}, but the fence is at session {cs} epoch {ce}; refused Stale",
-                    export.name
-                );
-                Err(HelloStatus::Stale)
+                Err((
+                    HelloStatus::Stale,
+                    format!(
+                        "stale hello: session {session} epoch {epoch}, but the fence is at session {cs} epoch {ce}"
+                    ),
+                ))
             }
         }
     }
 
-    /// Runs `apply`, the execution of `req` (or its error status), under the connection's
-    /// fence. `Err(Status::Fenced)`: a modifying request of a superseded connection, not run.
-    pub fn fenced<R>(
-        &self,
-        c: &ConnFence,
-        req: &Request,
-        apply: impl FnOnce() -> R,
-    ) -> Result<R, Status> {
-        let out = c.run(req.opcode.modifies(), apply);
-        if out.moved {
-            Stats::inc(&self.stats.fence_moves);
-            eprintln!(
-                "rdmadisk-target: fence for {} {} moved to session {} epoch {}",
-                c.ip, c.export, c.session, c.epoch
-            );
+    /// Counts one hostile act.
+    pub fn count_hostile(&self, k: Kind) {
+        Stats::inc(&self.stats.hostile_acts);
+        Stats::inc(self.stats.hostile(k));
+    }
+
+    /// The HelloReply for an attached export (with the challenge if it has a secret).
+    pub fn hello_reply(&self, e: &Export, challenge: Option<&Challenge>) -> HelloReply {
+        let mut f = features::FLUSH | features::FUA | features::DISCARD | features::WRITE_ZEROES;
+        if e.read_only {
+            f |= features::READ_ONLY;
         }
-        out.applied.ok_or_else(|| {
-            Stats::inc(&self.stats.fenced_requests);
-            if c.first_fenced() {
-                let (fs, fe) = c.current().unwrap_or((0, 0));
-                eprintln!(
-                    "rdmadisk-target: {} {}: session {} epoch {} is superseded (fence at session {fs} epoch {fe}); its writes are answered Fenced",
-                    c.ip, c.export, c.session, c.epoch
-                );
-            }
-            Status::Fenced
-        })
+        if challenge.is_some() {
+            f |= features::AUTH;
+        }
+        HelloReply {
+            status: HelloStatus::Ok,
+            capacity_sectors: e.capacity_sectors(),
+            logical_block_size: e.geometry.block_size,
+            physical_block_size: e.geometry.physical_block_size,
+            max_io_bytes: self.limits.max_io_bytes,
+            max_segments: 256,
+            queue_depth: self.limits.queue_depth,
+            initial_credits: self.limits.credits,
+            features: f,
+            max_discard_sectors: self.limits.max_io_bytes / SECTOR_SIZE,
+            challenge: challenge.map_or([0; CHALLENGE_LEN], |c| c.nonce),
+        }
+    }
+
+    /// The answer to an authentication.
+    pub fn auth_response(&self, a: &AuthRequest, ok: bool) -> Response {
+        Response {
+            tag: a.tag,
+            status: if ok { Status::Ok } else { Status::Denied },
+            credits: 1,
+            data_crc: 0,
+            length: 0,
+            rkey: 0,
+        }
+    }
+
+    /// Counts a request and checks it (Request::validate, and the export's block size). On
+    /// failure the error status is the response.
+    /// `read_only`: the connection may not modify the export (see [`Attached::writes`]).
+    pub fn admit(&self, e: &Export, req: &Request, read_only: bool) -> Result<(), Status> {
+        let s = &self.stats;
+        Stats::inc(&s.requests);
+        Stats::inc(match req.opcode {
+            Opcode::Read => &s.reads,
+            Opcode::Write => &s.writes,
+            Opcode::Flush => &s.flushes,
+            Opcode::Discard => &s.discards,
+            Opcode::WriteZeroes => &s.write_zeroes,
+            Opcode::Nop => &s.nops,
+        });
+        let bs = u64::from(e.geometry.block_size);
+        let aligned = matches!(req.opcode, Opcode::Flush | Opcode::Nop)
+            || ((req.sector << SECTOR_SHIFT) % bs == 0 && u64::from(req.length) % bs == 0);
+        req.validate(e.capacity_sectors(), self.limits.max_io_bytes, read_only)
+            .and(if aligned {
+                Ok(())
+            } else {
+                Err(Status::Invalid)
+            })
+            .inspect_err(|_| {
+                Stats::inc(&s.bound_violations);
+            })
     }
 
     /// Test only (`--stall-sector`): whether `req` is a read or write this target never
@@ -176,113 +401,30 @@ impl Target {
         hit
     }
 
-    /// Counts one hostile act.
-    pub fn count_hostile(&self, k: Kind) {
-        Stats::inc(&self.stats.hostile_acts);
-        Stats::inc(self.stats.hostile(k));
-    }
-
-    /// The HelloReply for an attached export.
-    pub fn hello_reply(&self, e: &Export) -> HelloReply {
-        let mut f = features::FLUSH | features::FUA | features::DISCARD | features::WRITE_ZEROES;
-        if e.read_only {
-            f |= features::READ_ONLY;
-        }
-        HelloReply {
-            status: HelloStatus::Ok,
-            capacity_sectors: e.capacity_sectors,
-            logical_block_size: e.logical_block_size,
-            physical_block_size: e.physical_block_size,
-            max_io_bytes: self.limits.max_io_bytes,
-            max_segments: 256,
-            queue_depth: self.limits.queue_depth,
-            initial_credits: self.limits.credits,
-            features: f,
-            max_discard_sectors: self.limits.max_io_bytes / SECTOR_SIZE,
-        }
-    }
-
-    /// Counts a request and runs Request::validate. On failure the error status is the response.
-    pub fn admit(&self, e: &Export, req: &Request) -> Result<(), Status> {
-        let s = &self.stats;
-        Stats::inc(&s.requests);
-        Stats::inc(match req.opcode {
-            Opcode::Read => &s.reads,
-            Opcode::Write => &s.writes,
-            Opcode::Flush => &s.flushes,
-            Opcode::Discard => &s.discards,
-            Opcode::WriteZeroes => &s.write_zeroes,
-            Opcode::Nop => &s.nops,
-        });
-        req.validate(e.capacity_sectors, self.limits.max_io_bytes, e.read_only)
-            .inspect_err(|_| {
-                Stats::inc(&s.bound_violations);
-            })
-    }
-
-    fn io_status(&self, r: std::io::Result<()>, e: &Export) -> Status {
-        match r {
-            Ok(()) => Status::Ok,
-            Err(err) => {
-                Stats::inc(&self.stats.io_errors);
-                eprintln!("rdmadisk-target: export {}: i/o error: {err}", e.name);
-                Status::IoError
-            }
-        }
-    }
-
-    /// Reads an admitted Read into `buf` (exactly `req.length` bytes). Returns the status and
-    /// the CRC32C of the data *as read*; fault injection may corrupt `buf` afterwards.
-    pub fn read(&self, e: &Export, req: &Request, buf: &mut [u8]) -> (Status, u32) {
-        let off = req.sector << SECTOR_SHIFT;
-        let st = self.io_status(e.read_at(buf, off), e);
-        if st != Status::Ok {
-            return (st, 0);
-        }
-        Stats::add(&self.stats.bytes_read, buf.len() as u64);
-        let crc = crc32c(buf);
+    /// Fault injection on read data (`--corrupt-read-every`), after its CRC was taken.
+    pub fn maybe_corrupt_read(&self, data: &mut [u8]) {
         let every = self.limits.corrupt_read_every;
         if every > 0 && (self.read_seq.fetch_add(1, Ordering::Relaxed) + 1) % every == 0 {
-            if let Some(b) = buf.first_mut() {
+            if let Some(b) = data.first_mut() {
                 *b ^= 0xff;
             }
             Stats::inc(&self.stats.injected_read_corruptions);
         }
-        (st, crc)
     }
 
-    /// Checks the CRC of an admitted Write's data and writes it. Nothing is written on a
-    /// mismatch.
-    pub fn write(&self, e: &Export, req: &Request, data: &[u8]) -> Status {
+    /// Whether a write's data matches its CRC (`--fail-write-crc-every` may say no).
+    pub fn write_crc_ok(&self, req: &Request, data: &[u8]) -> bool {
         let every = self.limits.fail_write_crc_every;
         let injected =
             every > 0 && (self.write_seq.fetch_add(1, Ordering::Relaxed) + 1) % every == 0;
         if injected {
             Stats::inc(&self.stats.injected_write_crc_failures);
         }
-        if injected || crc32c(data) != req.data_crc {
+        if injected || rdmadisk_proto::crc32c::crc32c(data) != req.data_crc {
             Stats::inc(&self.stats.crc_failures);
-            return Status::CrcMismatch;
+            return false;
         }
-        let off = req.sector << SECTOR_SHIFT;
-        let st = self.io_status(e.write_at(data, off, req.flags & req_flags::FUA != 0), e);
-        if st == Status::Ok {
-            Stats::add(&self.stats.bytes_written, data.len() as u64);
-        }
-        st
-    }
-
-    /// Runs an admitted request that carries no data.
-    pub fn no_data(&self, e: &Export, req: &Request) -> Status {
-        let off = req.sector << SECTOR_SHIFT;
-        let len = u64::from(req.length);
-        match req.opcode {
-            Opcode::Flush => self.io_status(e.flush(), e),
-            Opcode::Discard => self.io_status(e.discard(off, len), e),
-            Opcode::WriteZeroes => self.io_status(e.write_zeroes(off, len), e),
-            Opcode::Nop => Status::Ok,
-            Opcode::Read | Opcode::Write => Status::Invalid,
-        }
+        true
     }
 
     /// The response to `req`, the same on every transport: it echoes the tag and the rkey,
@@ -301,31 +443,9 @@ impl Target {
     /// fsyncs every writable export (at shutdown).
     pub fn sync_all(&self) {
         for e in self.exports.values().filter(|e| !e.read_only) {
-            if let Err(err) = e.flush() {
-                eprintln!(
-                    "rdmadisk-target: export {}: fsync at shutdown failed: {err}",
-                    e.name
-                );
+            if let Err(err) = e.backing.sync() {
+                log::error!("export {}: fsync at shutdown failed: {err}", e.name);
             }
         }
-    }
-}
-
-/// Active-connection accounting: decrements `connections_active` when dropped.
-pub struct ConnGuard<'a>(&'a Target);
-
-impl<'a> ConnGuard<'a> {
-    pub fn new(t: &'a Target) -> Self {
-        Stats::inc(&t.stats.connections_active);
-        ConnGuard(t)
-    }
-}
-
-impl Drop for ConnGuard<'_> {
-    fn drop(&mut self) {
-        self.0
-            .stats
-            .connections_active
-            .fetch_sub(1, Ordering::Relaxed);
     }
 }

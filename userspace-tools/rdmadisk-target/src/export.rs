@@ -1,242 +1,220 @@
-//! Exports: a backing file or block device, opened with O_DIRECT where the backing allows it.
+//! Exports: a name, a [`Backing`], who may attach, and what has gone wrong with it.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Seek, SeekFrom};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use rdmadisk_net::buf::AlignedBuf;
-use rdmadisk_proto::wire::SECTOR_SIZE;
+use rdmadisk_net::allow::AllowList;
+use rdmadisk_proto::auth::Secret;
 
-/// O_DIRECT I/O is used only when offset and length are multiples of this (and the buffer is
-/// page-aligned, which AlignedBuf guarantees): safe for any logical block size up to 4 KiB.
-const DIRECT_ALIGN: u64 = 4096;
+use crate::backing::{Backing, Geometry};
 
 /// One export.
 pub struct Export {
     pub name: String,
-    pub path: PathBuf,
     pub read_only: bool,
-    pub capacity_sectors: u64,
-    pub logical_block_size: u32,
-    pub physical_block_size: u32,
-    file: File,
-    direct: Option<File>,
-    direct_ok: AtomicBool,
+    pub backing: Box<dyn Backing>,
+    pub geometry: Geometry,
+    /// Clients allowed on this export (besides the target-wide list); `None`: any the
+    /// target admits.
+    pub allow: Option<AllowList>,
+    /// A client must prove it knows this secret before anything is served.
+    pub secret: Option<Secret>,
+    /// Read-write attachment is exclusive to one client host at a time.
+    pub exclusive: bool,
+    /// The host holding the export read-write, and its connections (exclusive exports).
+    owner: Mutex<Option<(IpAddr, usize)>>,
+    /// The first writeback error (an errno), sticky: once a write or flush has failed, every
+    /// later Flush and FUA write fails too, so no client is told its data is durable after
+    /// the store lost some.
+    error: AtomicI32,
 }
 
-fn sysfs_block_size(rdev: u64, which: &str) -> Option<u32> {
-    let (maj, min) = (libc::major(rdev), libc::minor(rdev));
-    let p = format!("/sys/dev/block/{maj}:{min}/queue/{which}");
-    std::fs::read_to_string(p).ok()?.trim().parse().ok()
+/// A read-write attachment of an exclusive export; dropping it lets the export go.
+pub struct Hold {
+    pub export: Arc<Export>,
+    host: Option<IpAddr>,
 }
 
-fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> io::Result<()> {
-    let (off, len) = (
-        i64::try_from(off).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-        i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-    );
-    // SAFETY: fallocate takes an fd we own for the call's duration and plain integers.
-    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let Some(host) = self.host else {
+            return;
+        };
+        let mut o = self
+            .export
+            .owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((h, n)) = o.as_mut() {
+            if *h == host {
+                *n -= 1;
+                if *n == 0 {
+                    *o = None;
+                }
+            }
+        }
     }
 }
 
 impl Export {
-    /// Opens `path`. `use_direct` asks for O_DIRECT, which falls back to buffered I/O (with a
-    /// log line) where the filesystem refuses it, e.g. tmpfs.
-    pub fn open(name: &str, path: &Path, read_only: bool, use_direct: bool) -> io::Result<Export> {
-        let mut file = OpenOptions::new().read(true).write(!read_only).open(path)?;
-        let meta = file.metadata()?;
-        let is_blk = meta.file_type().is_block_device();
-        let size = if is_blk {
-            file.seek(SeekFrom::End(0))?
-        } else {
-            meta.len()
-        };
-        let (lbs, pbs) = if is_blk {
-            let l = sysfs_block_size(meta.rdev(), "logical_block_size").unwrap_or(SECTOR_SIZE);
-            let p = sysfs_block_size(meta.rdev(), "physical_block_size").unwrap_or(l);
-            (l, p.max(l))
-        } else {
-            (SECTOR_SIZE, 4096)
-        };
-        let direct = if use_direct {
-            match OpenOptions::new()
-                .read(true)
-                .write(!read_only)
-                .custom_flags(libc::O_DIRECT)
-                .open(path)
-            {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    eprintln!("rdmadisk-target: export {name}: O_DIRECT unavailable on {} ({e}); using buffered I/O", path.display());
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let lbs_sectors = u64::from(lbs / SECTOR_SIZE).max(1);
-        let capacity_sectors = (size / u64::from(SECTOR_SIZE)) / lbs_sectors * lbs_sectors;
-        Ok(Export {
+    pub fn new(
+        name: &str,
+        backing: Box<dyn Backing>,
+        read_only: bool,
+        allow: Option<AllowList>,
+        secret: Option<Secret>,
+        exclusive: bool,
+    ) -> Export {
+        let geometry = backing.geometry();
+        Export {
             name: name.to_string(),
-            path: path.to_path_buf(),
             read_only,
-            capacity_sectors,
-            logical_block_size: lbs,
-            physical_block_size: pbs,
-            direct_ok: AtomicBool::new(direct.is_some()),
-            file,
-            direct,
+            backing,
+            geometry,
+            allow,
+            secret,
+            exclusive,
+            owner: Mutex::new(None),
+            error: AtomicI32::new(0),
+        }
+    }
+
+    /// Capacity in 512-byte sectors.
+    pub fn capacity_sectors(&self) -> u64 {
+        self.geometry.capacity >> rdmadisk_proto::wire::SECTOR_SHIFT
+    }
+
+    /// Whether this export lets `ip` in (its own list; the target's is checked apart).
+    pub fn allows(&self, ip: IpAddr) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.allows(ip))
+    }
+
+    /// Takes the export for a read-write connection from `host` (exclusive exports admit one
+    /// host at a time; its sessions may come and go); `None` if another host holds it.
+    /// Read-only connections, and probes (`writes` false), take nothing.
+    pub fn hold(self: &Arc<Self>, host: IpAddr, writes: bool) -> Option<Hold> {
+        if !self.exclusive || !writes || self.read_only {
+            return Some(Hold {
+                export: self.clone(),
+                host: None,
+            });
+        }
+        let host = host.to_canonical();
+        let mut o = self.owner.lock().unwrap_or_else(PoisonError::into_inner);
+        match o.as_mut() {
+            None => *o = Some((host, 1)),
+            Some((h, n)) if *h == host => *n += 1,
+            Some(_) => return None,
+        }
+        Some(Hold {
+            export: self.clone(),
+            host: Some(host),
         })
     }
 
-    /// Whether O_DIRECT is in use.
-    pub fn is_direct(&self) -> bool {
-        self.direct_ok.load(Ordering::Relaxed)
+    /// Whether [`Export::hold`] would give `host` the export now (taking nothing). A
+    /// connection that must still authenticate is checked with this, and holds the export
+    /// only once it has: an unauthenticated client must not keep the owner out.
+    pub fn may_hold(&self, host: IpAddr, writes: bool) -> bool {
+        if !self.exclusive || !writes || self.read_only {
+            return true;
+        }
+        let host = host.to_canonical();
+        self.owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none_or(|(h, _)| h == host)
     }
 
-    fn direct_for(&self, off: u64, len: usize) -> Option<&File> {
-        if !self.is_direct() || off % DIRECT_ALIGN != 0 || len as u64 % DIRECT_ALIGN != 0 {
-            return None;
-        }
-        self.direct.as_ref()
+    /// Who holds it read-write now.
+    pub fn holder(&self) -> Option<IpAddr> {
+        self.owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map(|(h, _)| h)
     }
 
-    fn disable_direct(&self, e: &io::Error) {
-        if self.direct_ok.swap(false, Ordering::Relaxed) {
-            eprintln!("rdmadisk-target: export {}: O_DIRECT I/O failed ({e}); falling back to buffered I/O", self.name);
-        }
+    /// Records a write or flush failure (the first one sticks).
+    pub fn record_error(&self, errno: i32) {
+        let _ = self
+            .error
+            .compare_exchange(0, errno.max(1), Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// Reads `buf.len()` bytes at byte offset `off`. `buf` must come from an AlignedBuf-backed
-    /// region for O_DIRECT; any slice works for buffered I/O.
-    pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        if let Some(f) = self
-            .direct_for(off, buf.len())
-            .filter(|_| aligned(buf.as_ptr()))
-        {
-            match f.read_exact_at(buf, off) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.disable_direct(&e),
-                Err(e) => return Err(e),
-            }
+    /// The sticky error, if any.
+    pub fn error(&self) -> Option<i32> {
+        match self.error.load(Ordering::Relaxed) {
+            0 => None,
+            e => Some(e),
         }
-        self.file.read_exact_at(buf, off)
-    }
-
-    /// Writes `buf` at byte offset `off`; with `fua`, the data is durable on return.
-    pub fn write_at(&self, buf: &[u8], off: u64, fua: bool) -> io::Result<()> {
-        let mut done = false;
-        if let Some(f) = self
-            .direct_for(off, buf.len())
-            .filter(|_| aligned(buf.as_ptr()))
-        {
-            match f.write_all_at(buf, off) {
-                Ok(()) => done = true,
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.disable_direct(&e),
-                Err(e) => return Err(e),
-            }
-        }
-        if !done {
-            self.file.write_all_at(buf, off)?;
-        }
-        if fua {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    /// Makes completed writes durable (fdatasync).
-    pub fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()
-    }
-
-    /// Discards a range: punches a hole (reads back as zeroes), or writes zeroes where the
-    /// backing cannot punch.
-    pub fn discard(&self, off: u64, len: u64) -> io::Result<()> {
-        match fallocate(
-            &self.file,
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            off,
-            len,
-        ) {
-            Ok(()) => Ok(()),
-            Err(e) if unsupported(&e) => self.write_zeroes_slow(off, len),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Zeroes a range: FALLOC_FL_ZERO_RANGE, else a hole, else written zeroes.
-    pub fn write_zeroes(&self, off: u64, len: u64) -> io::Result<()> {
-        match fallocate(
-            &self.file,
-            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
-            off,
-            len,
-        ) {
-            Ok(()) => Ok(()),
-            Err(e) if unsupported(&e) => self.discard(off, len),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn write_zeroes_slow(&self, off: u64, len: u64) -> io::Result<()> {
-        let chunk = AlignedBuf::new(len.min(1 << 20) as usize);
-        let mut pos = 0;
-        while pos < len {
-            let n = (len - pos).min(chunk.len() as u64) as usize;
-            self.write_at(&chunk[..n], off + pos, false)?;
-            pos += n as u64;
-        }
-        Ok(())
     }
 }
 
-fn aligned(p: *const u8) -> bool {
-    (p as usize) % AlignedBuf::ALIGN == 0
-}
-
-fn unsupported(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)
-    )
-}
+/// The target's exports by name.
+pub type Exports = HashMap<String, Arc<Export>>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backing::IoOp;
+    use crate::ring::Ring;
+    use std::io;
+
+    struct Null;
+    impl Backing for Null {
+        fn describe(&self) -> String {
+            "null".into()
+        }
+        fn geometry(&self) -> Geometry {
+            Geometry {
+                capacity: 1 << 20,
+                block_size: 512,
+                physical_block_size: 4096,
+            }
+        }
+        unsafe fn start(&self, _: &mut Ring, _: IoOp, _: *mut u8, _: u64) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
 
     #[test]
-    fn file_export_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("e.img");
-        std::fs::write(&p, vec![0x11u8; 1 << 20]).unwrap();
-        let e = Export::open("e", &p, false, true).unwrap();
-        assert_eq!(e.capacity_sectors, 2048);
-        let mut b = AlignedBuf::new(8192);
-        b.fill(0x5a);
-        e.write_at(&b, 4096, true).unwrap();
-        let mut r = AlignedBuf::new(8192);
-        e.read_at(&mut r, 4096).unwrap();
-        assert!(r.iter().all(|&x| x == 0x5a));
-        // Unaligned (buffered) path.
-        let mut small = [0u8; 512];
-        e.read_at(&mut small, 4096 + 512).unwrap();
-        assert!(small.iter().all(|&x| x == 0x5a));
-        e.discard(4096, 4096).unwrap();
-        e.write_zeroes(8192, 4096).unwrap();
-        e.read_at(&mut r, 4096).unwrap();
-        assert!(r.iter().all(|&x| x == 0));
-        e.read_at(&mut small, 0).unwrap();
-        assert!(small.iter().all(|&x| x == 0x11));
-        e.flush().unwrap();
+    fn exclusive_read_write_is_one_host_at_a_time() {
+        let e = Arc::new(Export::new("e", Box::new(Null), false, None, None, true));
+        let a1 = e.hold(ip("10.0.0.1"), true).unwrap();
+        let a2 = e.hold(ip("::ffff:10.0.0.1"), true).unwrap();
+        assert!(e.hold(ip("10.0.0.2"), true).is_none());
+        assert!(!e.may_hold(ip("10.0.0.2"), true));
+        assert!(e.may_hold(ip("10.0.0.1"), true));
+        assert!(
+            e.hold(ip("10.0.0.2"), false).is_some(),
+            "read-only is shared"
+        );
+        assert_eq!(e.holder(), Some(ip("10.0.0.1")));
+        drop(a1);
+        assert!(e.hold(ip("10.0.0.2"), true).is_none());
+        drop(a2);
+        assert_eq!(e.holder(), None);
+        assert!(e.hold(ip("10.0.0.2"), true).is_some());
+        let shared = Arc::new(Export::new("s", Box::new(Null), false, None, None, false));
+        let _x = shared.hold(ip("10.0.0.1"), true).unwrap();
+        assert!(shared.hold(ip("10.0.0.2"), true).is_some());
+    }
+
+    #[test]
+    fn errors_stick() {
+        let e = Export::new("e", Box::new(Null), false, None, None, true);
+        assert_eq!(e.error(), None);
+        e.record_error(libc::EIO);
+        e.record_error(libc::ENOSPC);
+        assert_eq!(e.error(), Some(libc::EIO));
     }
 }

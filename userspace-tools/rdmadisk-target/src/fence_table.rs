@@ -1,16 +1,23 @@
 //! The target's side of the fencing rule of `rdmadisk_proto::fence`: one [`Fence`] per client
 //! address and export, consulted at attach and on every request.
 //!
-//! Each fence sits in an `RwLock`. A modifying request is checked and applied under the read
-//! guard; moving the fence takes the write guard, which waits for every request applying
-//! under a read guard to finish. So once the first request of a newer connection set has moved
-//! the fence, no request of an older set is still being applied, and none will be: their
-//! check now says `Fenced`. Many connections of the current set still apply in parallel.
+//! Requests are applied asynchronously (io_uring), so the rule cannot rest on a lock held
+//! while a request applies. Instead each fence counts the requests applying under it, per
+//! *generation* (the generation rises each time the fence moves). A request checks the fence
+//! and, if it may apply, takes a [`Ticket`] of the current generation, which it holds until
+//! its I/O has completed. Moving the fence raises the generation under the fence's lock (from
+//! then on an older set's modifying request is `Fenced`) and then waits until no ticket of an
+//! older generation is left. So once the first request of a newer connection set has moved the
+//! fence, no request of an older set is still being applied, and none will be. Many requests
+//! of the current set apply in parallel, and a stream of them never holds a move up: only older
+//! generations are waited for.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 use rdmadisk_proto::fence::{Fence, Verdict};
 
@@ -21,9 +28,27 @@ pub const FENCE_TABLE_CAP: usize = 4096;
 
 type Key = (IpAddr, String);
 
+/// One fence and the requests applying under it.
+#[derive(Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    drained: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    fence: Fence,
+    generation: u64,
+    /// Tickets out, by generation and connection (only those with tickets out have an entry).
+    applying: BTreeMap<u64, BTreeMap<u64, u64>>,
+}
+
+/// Tells connections apart in a gate's counts.
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
 /// Every fence of the target.
 pub struct FenceTable {
-    entries: Mutex<HashMap<Key, Arc<RwLock<Fence>>>>,
+    entries: Mutex<HashMap<Key, Arc<Gate>>>,
     cap: usize,
 }
 
@@ -39,7 +64,9 @@ pub enum Refusal {
 /// One connection's place in the table: its fence and its (session, epoch).
 pub struct ConnFence {
     /// `None` for session 0, which is never fenced and moves nothing.
-    fence: Option<Arc<RwLock<Fence>>>,
+    gate: Option<Arc<Gate>>,
+    /// This connection, in the gate's counts.
+    id: u64,
     pub ip: IpAddr,
     pub export: String,
     pub session: u32,
@@ -48,11 +75,52 @@ pub struct ConnFence {
 }
 
 /// What [`ConnFence::run`] did.
+#[cfg(test)]
 #[derive(Debug, PartialEq, Eq)]
 pub struct Outcome<R> {
     /// What the request returned; `None` when it was fenced and not run.
     pub applied: Option<R>,
     /// This request moved the fence to the connection's (session, epoch).
+    pub moved: bool,
+}
+
+/// Leave to apply one request: held until its I/O has completed, then dropped. A fence move
+/// waits for every ticket of an older generation.
+#[must_use = "a ticket must be held until the request's I/O has completed"]
+pub struct Ticket {
+    gate: Option<Arc<Gate>>,
+    generation: u64,
+    conn: u64,
+    /// This request moved the fence.
+    pub moved: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let Some(g) = &self.gate else {
+            return;
+        };
+        let mut st = g.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(by_conn) = st.applying.get_mut(&self.generation) {
+            if let Some(n) = by_conn.get_mut(&self.conn) {
+                *n -= 1;
+                if *n == 0 {
+                    by_conn.remove(&self.conn);
+                }
+            }
+            if by_conn.is_empty() {
+                st.applying.remove(&self.generation);
+            }
+            g.drained.notify_all();
+        }
+    }
+}
+
+/// A modifying request of a superseded connection set: not applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced {
+    /// This request moved the fence before finding itself superseded (an even newer set moved
+    /// it meanwhile).
     pub moved: bool,
 }
 
@@ -84,8 +152,9 @@ impl FenceTable {
         // The RDMA and TCP listeners may see one client as IPv4 and as IPv4-mapped IPv6; a
         // failover between them must find the same fence.
         let ip = ip.to_canonical();
-        let conn = |fence| ConnFence {
-            fence,
+        let conn = |gate| ConnFence {
+            gate,
+            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
             ip,
             export: export.to_string(),
             session,
@@ -95,7 +164,7 @@ impl FenceTable {
         if session == 0 {
             return Ok(conn(None));
         }
-        let fence = {
+        let gate = {
             let mut map = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
             let key = (ip, export.to_string());
             match map.get(&key) {
@@ -104,68 +173,117 @@ impl FenceTable {
                 None => map.entry(key).or_default().clone(),
             }
         };
-        let f = *fence.read().unwrap_or_else(PoisonError::into_inner);
+        let f = gate
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .fence;
         if !f.admit_hello(session, epoch) {
             return Err(Refusal::Stale {
                 current: f.current(),
             });
         }
-        Ok(conn(Some(fence)))
+        Ok(conn(Some(gate)))
     }
 }
 
+/// How long a fence move waits for an older set's requests before it logs that it is still
+/// waiting (it keeps waiting: letting the newer set apply first is what fencing forbids).
+const MOVE_WAIT_LOG: Duration = Duration::from_secs(10);
+
 impl ConnFence {
-    /// Runs `apply`, the execution of one request of this connection, under the fence:
-    /// moves the fence first if this connection is newer, and skips a `modifies` request if
-    /// this connection has been superseded.
-    pub fn run<R>(&self, modifies: bool, apply: impl FnOnce() -> R) -> Outcome<R> {
-        let Some(lock) = &self.fence else {
-            return Outcome {
-                applied: Some(apply()),
+    /// Checks the fence for one request of this connection: moves the fence first if this
+    /// connection is newer (waiting for every request of older sets still applying), and
+    /// refuses a `modifies` request if this connection has been superseded. The ticket must
+    /// be held until the request's I/O has completed.
+    pub fn begin(&self, modifies: bool) -> Result<Ticket, Fenced> {
+        let Some(gate) = &self.gate else {
+            return Ok(Ticket {
+                gate: None,
+                generation: 0,
+                conn: self.id,
                 moved: false,
-            };
+            });
         };
         let mut moved = false;
+        let mut st = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            let fence = lock.read().unwrap_or_else(PoisonError::into_inner);
-            match fence.check(self.session, self.epoch) {
-                // Applied while the read guard is held: that is what makes a later advance
-                // wait for it.
-                Verdict::Apply => {
-                    let r = apply();
-                    drop(fence);
-                    return Outcome {
-                        applied: Some(r),
+            match st.fence.check(self.session, self.epoch) {
+                Verdict::Fenced if modifies => return Err(Fenced { moved }),
+                Verdict::Apply | Verdict::Fenced => {
+                    // Applied under the current generation: a later move waits for it. A
+                    // superseded set may still read, flush or ping: none of these changes the
+                    // export, so none can land an old write over a newer one; the client has
+                    // given these requests up and drops their answers, and refusing them would
+                    // only turn a harmless late read into a spurious error.
+                    let generation = st.generation;
+                    *st.applying
+                        .entry(generation)
+                        .or_default()
+                        .entry(self.id)
+                        .or_insert(0) += 1;
+                    return Ok(Ticket {
+                        gate: Some(gate.clone()),
+                        generation,
+                        conn: self.id,
                         moved,
-                    };
-                }
-                Verdict::Fenced if modifies => {
-                    return Outcome {
-                        applied: None,
-                        moved,
-                    }
-                }
-                // A superseded set may still read, flush or ping: none of these changes the
-                // export, so none can land an old write over a newer one. The client has
-                // given these requests up and drops their answers, and refusing them would
-                // only turn a harmless late read into a spurious error.
-                Verdict::Fenced => {
-                    drop(fence);
-                    return Outcome {
-                        applied: Some(apply()),
-                        moved,
-                    };
+                    });
                 }
                 Verdict::Advance => {
-                    drop(fence);
-                    let mut w = lock.write().unwrap_or_else(PoisonError::into_inner);
-                    let before = w.current();
-                    w.advance(self.session, self.epoch);
-                    moved |= w.current() != before;
-                    // Loop: re-check under a read guard, since an even newer set may move the
-                    // fence between this write guard and the next read guard.
+                    let before = st.fence.current();
+                    st.fence.advance(self.session, self.epoch);
+                    moved |= st.fence.current() != before;
+                    st.generation += 1;
+                    let newest = st.generation;
+                    // Every request that began before the move must finish first, except this
+                    // connection's own: only this thread can take their completions, and they
+                    // can only be reads of a superseded set (its writes from before any earlier
+                    // move were waited for by that move), which cannot land old data.
+                    let me = self.id;
+                    let others_older = |st: &GateState| {
+                        st.applying
+                            .range(..newest)
+                            .any(|(_, by_conn)| by_conn.keys().any(|&c| c != me))
+                    };
+                    let mut waited = Duration::ZERO;
+                    while others_older(&st) {
+                        let (g, t) = gate
+                            .drained
+                            .wait_timeout(st, MOVE_WAIT_LOG)
+                            .unwrap_or_else(PoisonError::into_inner);
+                        st = g;
+                        if t.timed_out() {
+                            waited += MOVE_WAIT_LOG;
+                            log::warn!(
+                                "fence {} {}: moving to session {} epoch {} still waits for an older set's requests after {} s",
+                                self.ip, self.export, self.session, self.epoch, waited.as_secs()
+                            );
+                        }
+                    }
+                    // Check again: an even newer set may have moved it meanwhile.
                 }
             }
+        }
+    }
+
+    /// Runs `apply`, the execution of one request of this connection, under the fence (see
+    /// [`ConnFence::begin`]), synchronously.
+    #[cfg(test)]
+    pub fn run<R>(&self, modifies: bool, apply: impl FnOnce() -> R) -> Outcome<R> {
+        match self.begin(modifies) {
+            Ok(t) => {
+                let r = apply();
+                let moved = t.moved;
+                drop(t);
+                Outcome {
+                    applied: Some(r),
+                    moved,
+                }
+            }
+            Err(f) => Outcome {
+                applied: None,
+                moved: f.moved,
+            },
         }
     }
 
@@ -176,9 +294,13 @@ impl ConnFence {
 
     /// Where the fence is now (for logs).
     pub fn current(&self) -> Option<(u32, u32)> {
-        self.fence
-            .as_ref()
-            .and_then(|f| f.read().unwrap_or_else(PoisonError::into_inner).current())
+        self.gate.as_ref().and_then(|g| {
+            g.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .fence
+                .current()
+        })
     }
 }
 
@@ -317,6 +439,46 @@ mod tests {
                 "the old writers ran past the advance (round {round})"
             );
         }
+    }
+
+    /// A superseded connection keeps a read in flight while newer sessions move the fence
+    /// until the fence forgets its session; its next request then moves the fence itself. It
+    /// must not wait for its own read (only its thread can complete it), while the newer
+    /// mover, which is waiting for that read, still waits until it is done.
+    #[test]
+    fn a_mover_does_not_wait_for_its_own_tickets() {
+        let t = Arc::new(FenceTable::new(16));
+        let a = t.attach(IP, "a", 1, 1).unwrap();
+        drop(a.begin(true).unwrap());
+        for s in 2..=5 {
+            drop(t.attach(IP, "a", s, 1).unwrap().begin(true).unwrap());
+        }
+        // Session 1 is retired, not forgotten: its read is served, under the current
+        // generation.
+        let held = a.begin(false).expect("a superseded read is served");
+        // Session 6 moves the fence (forgetting session 1) and waits for that read.
+        let s6 = t.attach(IP, "a", 6, 1).unwrap();
+        let (tx6, rx6) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let r = s6.begin(true).map(|t| t.moved);
+            tx6.send(r).unwrap();
+        });
+        assert!(
+            rx6.recv_timeout(std::time::Duration::from_millis(500))
+                .is_err(),
+            "session 6 must wait for the old read"
+        );
+        // Session 1's next request: a move of its own, not a wait for itself.
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let r = a.begin(false).map(|t| t.moved);
+            tx.send(r.is_ok()).unwrap();
+            drop(held);
+        });
+        let done = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(done, Ok(true), "the mover waited for its own ticket");
+        // The read is done now: session 6 goes on.
+        assert!(rx6.recv_timeout(std::time::Duration::from_secs(5)).is_ok());
     }
 
     /// Two queues of the newer set race to move the fence: exactly one reports the move.

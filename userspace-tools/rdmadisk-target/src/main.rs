@@ -2,21 +2,27 @@
 //!
 //! Serves exports (files or block devices) to rdmadisk clients over RDMA (rdma_cm, one RC QP per
 //! queue; writes pulled with RDMA Read, reads pushed with RDMA Write, every response a
-//! Send-with-Invalidate) and over TCP (the same messages, framed). One thread per connection.
-//! SIGTERM/SIGINT: stop accepting, finish in-flight requests, fsync exports, print the
-//! counters, exit 0. SIGUSR1: print the counters (and rewrite `--stats-file`).
+//! Send-with-Invalidate) and over TCP (the same messages, framed). One thread per connection,
+//! each with many requests in flight through its io_uring (docs/design.md, "The target").
+//! SIGTERM/SIGINT: stop accepting, finish in-flight requests (bounded by the shutdown
+//! timeout), fsync exports, print the counters, exit. SIGUSR1: print the counters (and rewrite
+//! `--stats-file`).
 
+mod backing;
 mod config;
+mod conn;
 mod engine;
 mod export;
 mod fence_table;
 mod hostile;
+mod logging;
+mod pool;
 #[cfg(feature = "rdma")]
 mod rdma;
+mod ring;
 mod stats;
 mod tcp;
 
-use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -28,32 +34,35 @@ use clap::Parser;
 use rdmadisk_net::allow::AllowList;
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 
+use backing::FdBacking;
 use config::{Args, Config};
 use engine::{Limits, Target};
 use export::Export;
+use pool::{Budget, Pool};
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let cfg = match Config::load(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("rdmadisk-target: {e}");
+            logging::init(log::LevelFilter::Info);
+            log::error!("{e}");
             return ExitCode::from(2);
         }
     };
+    logging::init(cfg.log_level);
     match run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rdmadisk-target: {e}");
+            log::error!("{e}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// A line on standard output (the start-up and shutdown story, the counters).
 fn say(msg: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "rdmadisk-target: {msg}");
-    let _ = out.flush();
+    logging::out(&format!("rdmadisk-target: {msg}\n"));
 }
 
 /// The start-up line of hostile mode: loud, because a target in this mode corrupts the
@@ -97,30 +106,76 @@ fn hostile_warning(l: &Limits) -> String {
     msg
 }
 
-fn run(cfg: Config) -> Result<(), String> {
-    let allow = AllowList::parse(&cfg.allow).map_err(|e| e.to_string())?;
-    let mut exports = Vec::new();
+fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
+    let mut out = Vec::new();
     for e in &cfg.exports {
-        let x = Export::open(&e.name, &e.path, e.read_only, cfg.direct)
+        let b = FdBacking::open(&e.path, e.read_only, cfg.direct)
             .map_err(|err| format!("export {}: {}: {err}", e.name, e.path.display()))?;
+        let allow = if e.allow.is_empty() {
+            None
+        } else {
+            Some(AllowList::parse(&e.allow).map_err(|err| format!("export {}: {err}", e.name))?)
+        };
+        let g = backing::Backing::geometry(&b);
         say(&format!(
-            "export {} = {} ({} sectors, {}{})",
-            x.name,
-            x.path.display(),
-            x.capacity_sectors,
-            if x.read_only {
+            "export {} = {} ({} sectors of 512 bytes, block size {}, {}{}{}{})",
+            e.name,
+            backing::Backing::describe(&b),
+            g.capacity >> 9,
+            g.block_size,
+            if e.read_only {
                 "read-only"
             } else {
                 "read-write"
             },
-            if x.is_direct() { ", O_DIRECT" } else { "" }
+            if e.exclusive && !e.read_only {
+                ", exclusive"
+            } else {
+                ""
+            },
+            if allow.is_some() {
+                ", own allow-list"
+            } else {
+                ""
+            },
+            if e.secret.is_some() {
+                ", secret required"
+            } else {
+                ""
+            },
         ));
-        exports.push(x);
+        if g.capacity == 0 {
+            return Err(format!("export {}: {} is empty", e.name, e.path.display()));
+        }
+        out.push(Export::new(
+            &e.name,
+            Box::new(b),
+            e.read_only,
+            allow,
+            e.secret,
+            e.exclusive,
+        ));
+    }
+    Ok(out)
+}
+
+fn run(cfg: Config) -> Result<(), String> {
+    let allow = AllowList::parse(&cfg.allow).map_err(|e| e.to_string())?;
+    let exports = open_exports(&cfg)?;
+    if cfg.check_only {
+        say("configuration ok");
+        return Ok(());
     }
     let limits = Limits {
         max_io_bytes: cfg.max_io_bytes,
         queue_depth: cfg.queue_depth,
         credits: cfg.credits,
+        max_connections: cfg.max_connections,
+        max_connections_per_host: cfg.max_connections_per_host,
+        hello_timeout: cfg.hello_timeout,
+        idle_timeout: cfg.idle_timeout,
+        send_timeout: cfg.send_timeout,
+        shutdown_timeout: cfg.shutdown_timeout,
         corrupt_read_every: cfg.corrupt_read_every,
         fail_write_crc_every: cfg.fail_write_crc_every,
         no_invalidate: cfg.no_invalidate,
@@ -132,13 +187,23 @@ fn run(cfg: Config) -> Result<(), String> {
     if limits.hostile.enabled() {
         say(&hostile_warning(&limits));
     }
-    if allow.is_empty() {
-        say("allow-list empty: every client may connect");
+    if cfg.allow_any {
+        say(&format!(
+            "no allow-list: every client that reaches {} may attach",
+            cfg.listen
+        ));
     } else {
         let list: Vec<String> = allow.entries().iter().map(|c| c.to_string()).collect();
         say(&format!("allow-list: {}", list.join(", ")));
     }
-    let target = Arc::new(Target::new(exports, allow, limits));
+    let budget = Budget::new(cfg.buffer_memory as usize);
+    let target = Arc::new(Target::new(
+        exports,
+        allow,
+        cfg.allow_any,
+        limits,
+        budget.clone(),
+    ));
 
     // Signals first, so a SIGTERM during start-up is not lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGUSR1])
@@ -151,11 +216,12 @@ fn run(cfg: Config) -> Result<(), String> {
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         say(&format!("tcp listening on {local}"));
         let t = target.clone();
+        let pool = Pool::plain(cfg.max_io_bytes as usize, &budget);
         workers.push(
             thread::Builder::new()
                 .name("tcp-accept".into())
                 .spawn(move || {
-                    for h in tcp::serve(t, listener) {
+                    for h in tcp::serve(t, listener, pool) {
                         let _ = h.join();
                     }
                 })
@@ -170,10 +236,11 @@ fn run(cfg: Config) -> Result<(), String> {
                 Ok(l) => {
                     say(&format!("rdma listening on {addr}"));
                     let t = target.clone();
+                    let b = budget.clone();
                     workers.push(
                         thread::Builder::new()
                             .name("rdma-cm".into())
-                            .spawn(move || l.serve(t))
+                            .spawn(move || l.serve(t, b))
                             .map_err(|e| e.to_string())?,
                     );
                 }
@@ -197,8 +264,11 @@ fn run(cfg: Config) -> Result<(), String> {
     let mut last_write = Instant::now();
     let write_stats = |t: &Target| {
         if let Some(p) = &cfg.stats_file {
+            let (used, peak) = t.budget.used();
+            stats::Stats::set(&t.stats.buffer_bytes, used as u64);
+            stats::Stats::set(&t.stats.buffer_bytes_peak, peak as u64);
             if let Err(e) = t.stats.write_file(p) {
-                eprintln!("rdmadisk-target: cannot write {}: {e}", p.display());
+                log::warn!("cannot write {}: {e}", p.display());
             }
         }
     };
@@ -207,8 +277,7 @@ fn run(cfg: Config) -> Result<(), String> {
         for sig in signals.pending() {
             match sig {
                 SIGUSR1 => {
-                    print!("{}", target.stats.render());
-                    let _ = std::io::stdout().flush();
+                    logging::out(&target.stats.render());
                     write_stats(&target);
                 }
                 _ => {
@@ -223,16 +292,33 @@ fn run(cfg: Config) -> Result<(), String> {
         }
         thread::sleep(Duration::from_millis(50));
     }
+    // Bounded: connections finish within the shutdown timeout (then close whatever they
+    // still have); a few seconds more for the listeners to notice.
+    let deadline = Instant::now() + cfg.shutdown_timeout + Duration::from_secs(5);
     for w in workers {
-        let _ = w.join();
+        while !w.is_finished() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        if w.is_finished() {
+            let _ = w.join();
+        }
     }
-    target.sync_all();
-    say(&format!(
-        "exports synced; {} connection(s) still open at exit",
-        target.stats.connections_active.load(Ordering::Relaxed)
-    ));
-    print!("{}", target.stats.render());
-    let _ = std::io::stdout().flush();
+    let open = target.stats.connections_active.load(Ordering::Relaxed);
+    // The final fsync, bounded too: a store that hangs must not hold the exit for ever.
+    let t = target.clone();
+    let sync = thread::spawn(move || t.sync_all());
+    let sync_deadline = Instant::now() + Duration::from_secs(30);
+    while !sync.is_finished() && Instant::now() < sync_deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    if sync.is_finished() {
+        say(&format!(
+            "exports synced; {open} connection(s) still open at exit"
+        ));
+    } else {
+        log::error!("the final fsync did not finish within 30 s; exiting without it");
+    }
+    logging::out(&target.stats.render());
     write_stats(&target);
     Ok(())
 }

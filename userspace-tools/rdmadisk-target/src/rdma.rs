@@ -1,22 +1,22 @@
-//! The RDMA transport: rdma_cm listener, one RC QP and one thread per connection.
+//! The RDMA transport: an rdma_cm listener, and per connection one RC QP and one thread running
+//! the connection's io_uring, which waits on the QP's completions and the backing I/O at once.
 //!
-//! Per connection the target posts `credits` receives of one Request each (the HelloReply's
-//! `initial_credits`) and reposts each as soon as its Request is decoded; every Response grants
-//! one credit back. Responses spend the client's response credits (Hello.recv_credits plus the
-//! `credits` field of each Request) and wait when none is left. WRITE data is pulled with RDMA
-//! Read into a registered buffer, CRC-checked, then written; READ data is read, CRC'd and pushed
-//! with RDMA Write chained before the Response. Every Response is a Send-with-Invalidate of the
-//! request's `buf.rkey` (rkey 0: a plain Send). Every request runs under its connection's fence
-//! (a write's check is at apply time, after its RDMA Read). A malformed message or a failed
-//! work request resets that connection only. In hostile mode (tests only) the response may be
-//! altered, accompanied by an extra Send (only with a spare response credit) or followed by a
-//! late RDMA Write.
+//! A connection posts `credits` receives (the HelloReply's `initial_credits`). A receive is
+//! reposted only when its request is done, just before the response that grants its credit
+//! back, so a client can never have more requests at the target than it has credits: one
+//! that sends more finds no receive (an RNR error on its side), and nothing is buffered.
+//! Write data is pulled with RDMA Read, read data pushed with RDMA Write chained before the
+//! response; every response is a Send-with-Invalidate of the request's rkey (rkey 0: a plain
+//! Send). Responses spend the client's response credits (Hello.recv_credits plus the `credits`
+//! of each Request) and wait when none is left. Many requests are in flight at once; their
+//! completions, not their arrival order, drive the responses. In hostile mode (tests only) a
+//! response may be altered, accompanied by an extra Send, or followed by a late RDMA Write.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -25,43 +25,40 @@ use rdmadisk_net::rdma::{
     SendOp, SendWr,
 };
 use rdmadisk_proto::credits::CreditSender;
-use rdmadisk_proto::wire::{Hello, HelloReply, HelloStatus, Opcode, Request, Status, RESPONSE_LEN};
+use rdmadisk_proto::wire::{ClientMsg, Hello, HelloReply, HelloStatus, Status, RESPONSE_LEN};
 
-use crate::engine::{ConnGuard, Target};
-use crate::export::Export;
-use crate::fence_table::ConnFence;
+use crate::conn::{Core, Stage, UD_CQ, UD_KIND};
+use crate::engine::{Challenge, Slot as CapSlot, Target};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
+use crate::pool::{Budget, Pool};
 use crate::stats::Stats;
 
-const TICK: Duration = Duration::from_millis(200);
+const TICK: Duration = Duration::from_millis(100);
 /// Local ACK timeout exponent of every connection: 4.096 us * 2^20, about 4.3 s.
 const ACK_TIMEOUT_EXP: u8 = 20;
 /// Bytes per receive/send slot (a Request is 48 bytes, a Response 32).
 const SLOT: usize = 64;
-/// Data buffers per connection (one in use while the previous read's RDMA Write drains).
-const DATA_BUFS: usize = 2;
+/// Send buffers beyond one per request slot, for hostile extra messages.
+const SPARE: usize = 8;
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
 const K_READ: u64 = 3;
-/// A hostile late RDMA Write; it owns the read's data buffer until it completes.
+/// A hostile late RDMA Write; the slot's buffer is in use until it completes.
 const K_LATE: u64 = 4;
+/// A hostile extra message, from a spare send buffer.
+const K_EXTRA: u64 = 5;
 
-fn wr_id(kind: u64, data_buf: Option<usize>, slot: usize) -> u64 {
-    (kind << 56) | ((data_buf.map_or(0, |b| b as u64 + 1)) << 24) | slot as u64
+fn wr_id(kind: u64, index: usize) -> u64 {
+    (kind << 56) | index as u64
 }
 
 fn wr_kind(id: u64) -> u64 {
     id >> 56
 }
 
-fn wr_data_buf(id: u64) -> Option<usize> {
-    let b = (id >> 24) & 0xffff;
-    (b > 0).then(|| b as usize - 1)
-}
-
-fn wr_slot(id: u64) -> usize {
-    (id & 0xff_ffff) as usize
+fn wr_index(id: u64) -> usize {
+    (id & 0xffff_ffff) as usize
 }
 
 struct Shared {
@@ -69,6 +66,14 @@ struct Shared {
 }
 
 type ConnMap = Arc<Mutex<HashMap<usize, Arc<Shared>>>>;
+
+/// What connections on one device share: its protection domain, and the data buffers
+/// registered in it.
+struct Device {
+    pd: Arc<Pd>,
+    pool: Arc<Pool>,
+    limits: rdma::DeviceLimits,
+}
 
 /// The rdma_cm listener.
 pub struct Listener {
@@ -87,8 +92,9 @@ impl Listener {
     }
 
     /// Handles rdma_cm events until shutdown and every connection has ended.
-    pub fn serve(self, t: Arc<Target>) {
+    pub fn serve(self, t: Arc<Target>, budget: Arc<Budget>) {
         let conns: ConnMap = Arc::new(Mutex::new(HashMap::new()));
+        let mut devices: HashMap<usize, Arc<Device>> = HashMap::new();
         let mut threads: Vec<thread::JoinHandle<()>> = Vec::new();
         loop {
             threads.retain(|h| !h.is_finished());
@@ -99,7 +105,7 @@ impl Listener {
                 Ok(Some(ev)) => ev,
                 Ok(None) => continue,
                 Err(e) => {
-                    eprintln!("rdmadisk-target: rdma: rdma_get_cm_event failed: {e}");
+                    log::error!("rdma: rdma_get_cm_event failed: {e}");
                     thread::sleep(TICK);
                     continue;
                 }
@@ -111,25 +117,34 @@ impl Listener {
                     };
                     let private = ev.private_data().to_vec();
                     drop(ev); // ack before anything can destroy the new id
-                    match setup(&t, id, &private) {
+                    match setup(&t, id, &private, &mut devices, &budget) {
                         Ok(conn) => {
                             let shared = conn.shared.clone();
                             let key = conn.id.raw_id();
                             conns
                                 .lock()
-                                .unwrap_or_else(|p| p.into_inner())
+                                .unwrap_or_else(PoisonError::into_inner)
                                 .insert(key, shared);
                             let map = conns.clone();
-                            let tt = t.clone();
                             let name = format!("rdma-{}", conn.peer);
                             match thread::Builder::new().name(name).spawn(move || {
-                                conn.run(&tt);
-                                map.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                                // Out of the map before the id is destroyed: a new id may get
+                                // the same address, and its events must find its own entry.
+                                conn.run(move || {
+                                    map.lock()
+                                        .unwrap_or_else(PoisonError::into_inner)
+                                        .remove(&key);
+                                });
                             }) {
                                 Ok(h) => threads.push(h),
-                                Err(e) => eprintln!(
-                                    "rdmadisk-target: rdma: cannot start a connection thread: {e}"
-                                ),
+                                Err(e) => {
+                                    // The connection went with the closure: its entry too.
+                                    conns
+                                        .lock()
+                                        .unwrap_or_else(PoisonError::into_inner)
+                                        .remove(&key);
+                                    log::error!("rdma: cannot start a connection thread: {e}")
+                                }
                             }
                         }
                         Err(()) => Stats::inc(&t.stats.refused),
@@ -137,15 +152,16 @@ impl Listener {
                 }
                 CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
                     let key = ev.raw_id();
-                    if let Some(s) = conns.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+                    if let Some(s) = conns
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get(&key)
+                    {
                         s.disconnected.store(true, Ordering::SeqCst);
                     }
                 }
                 CmEventKind::Established | CmEventKind::TimewaitExit => {}
-                k => eprintln!(
-                    "rdmadisk-target: rdma: cm event {k:?} (status {})",
-                    ev.status()
-                ),
+                k => log::info!("rdma: cm event {k:?} (status {})", ev.status()),
             }
         }
         drop(self.id);
@@ -153,15 +169,62 @@ impl Listener {
 }
 
 fn refuse(id: &CmId, peer: &str, st: HelloStatus, why: &str) {
-    eprintln!("rdmadisk-target: rdma: refused connection from {peer}: {why}");
+    log::warn!("rdma: refused connection from {peer}: {why}");
     if let Err(e) = id.reject(&HelloReply::rejected(st).to_bytes()) {
-        eprintln!("rdmadisk-target: rdma: rdma_reject failed: {e}");
+        log::warn!("rdma: rdma_reject failed: {e}");
     }
 }
 
-fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
+/// The device of `id`, its PD and buffer pool made on first use.
+fn device_of(
+    t: &Target,
+    id: &CmId,
+    devices: &mut HashMap<usize, Arc<Device>>,
+    budget: &Arc<Budget>,
+) -> io::Result<Arc<Device>> {
+    let key = id
+        .device_key()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no device"))?;
+    if let Some(d) = devices.get(&key) {
+        return Ok(d.clone());
+    }
+    let pd = id.alloc_pd()?;
+    let limits = rdma::device_limits(&pd)?;
+    let pool = Pool::registered(t.limits.max_io_bytes as usize, &pd, budget);
+    let d = Arc::new(Device { pd, pool, limits });
+    devices.insert(key, d.clone());
+    Ok(d)
+}
+
+fn setup(
+    t: &Arc<Target>,
+    mut id: CmId,
+    private: &[u8],
+    devices: &mut HashMap<usize, Arc<Device>>,
+    budget: &Arc<Budget>,
+) -> Result<Conn, ()> {
     let peer_addr = id.peer_addr();
     let peer = peer_addr.map_or_else(|| "?".to_string(), |a| a.to_string());
+    // The address first, before the Hello is even looked at.
+    if let Some(a) = peer_addr {
+        if !t.admits(a.ip()) {
+            refuse(
+                &id,
+                &peer,
+                HelloStatus::NotAllowed,
+                "address not on the allow-list",
+            );
+            return Err(());
+        }
+    }
+    let cap = match peer_addr {
+        Some(a) => t.connection_slot(a.ip()),
+        None => t.connection_slot(std::net::Ipv4Addr::UNSPECIFIED.into()),
+    };
+    let Some(cap) = cap else {
+        refuse(&id, &peer, HelloStatus::Busy, "too many connections");
+        return Err(());
+    };
     let hello = match Hello::decode(private) {
         Ok(h) => h,
         Err(e) => {
@@ -180,7 +243,6 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
             .as_ref()
             .is_some_and(|f| f.exists())
     {
-        Stats::inc(&t.stats.refused);
         refuse(
             &id,
             &peer,
@@ -189,132 +251,192 @@ fn setup(t: &Arc<Target>, mut id: CmId, private: &[u8]) -> Result<Conn, ()> {
         );
         return Err(());
     }
-    let (export, fence) = match t.attach(peer_addr, &hello) {
-        Ok(a) => (a.export, a.fence),
-        Err(st) => {
-            let why = if st == HelloStatus::NotAllowed {
-                "address not on the allow-list".to_string()
-            } else {
-                format!("export {:?}: {st:?}", hello.export.as_str())
-            };
-            // attach has logged a Stale refusal in detail already.
-            if st == HelloStatus::Stale {
-                if let Err(e) = id.reject(&HelloReply::rejected(st).to_bytes()) {
-                    eprintln!("rdmadisk-target: rdma: rdma_reject failed: {e}");
-                }
-            } else {
-                refuse(&id, &peer, st, &why);
-            }
+    let a = match t.attach(peer_addr.map(|a| a.ip()), &hello) {
+        Ok(a) => a,
+        Err((st, why)) if st == HelloStatus::Stale => {
+            refuse(
+                &id,
+                &peer,
+                st,
+                &format!("stale hello from {peer} for export {}: {why}", hello.export),
+            );
+            return Err(());
+        }
+        Err((st, why)) => {
+            refuse(
+                &id,
+                &peer,
+                st,
+                &format!("export {:?}: {why}", hello.export.as_str()),
+            );
             return Err(());
         }
     };
     let credits = usize::from(t.limits.credits);
-    let max_io = t.limits.max_io_bytes as usize;
-    type Parts = (Arc<Pd>, Arc<CompChannel>, Arc<Cq>, Mr, Mr, Mr);
-    let res = (|| -> io::Result<Parts> {
-        let pd = id.alloc_pd()?;
-        let comp = CompChannel::new(&pd)?;
-        let send_wr = (credits * 2 + 4) as u32;
-        let cq = Cq::new(&pd, send_wr + credits as u32 + 16, Some(&comp))?;
+    let slots = 2 * credits;
+    let send_bufs = slots + SPARE;
+    // Per slot at most an RDMA Read, or an RDMA Write, a Send and a late write; extras.
+    let send_wr = (slots * 3 + SPARE) as u32;
+    let recv_wr = credits as u32;
+    let fail = |id: CmId, why: String| {
+        log::error!("rdma: cannot set up a connection for {peer}: {why}");
+        let _ = id.reject(&HelloReply::rejected(HelloStatus::Busy).to_bytes());
+        // `id` (and a QP made on it) goes here, before the buffers its receives named.
+        drop(id);
+        Err(())
+    };
+    let dev = match device_of(t, &id, devices, budget) {
+        Ok(d) => d,
+        Err(e) => return fail(id, e.to_string()),
+    };
+    let l = dev.limits;
+    if send_wr > l.max_qp_wr || send_wr + recv_wr + 16 > l.max_cqe {
+        return fail(
+            id,
+            format!(
+                "credits={credits} needs {send_wr} send work requests and {} CQ entries; the device allows {} and {}: lower --credits",
+                send_wr + recv_wr + 16,
+                l.max_qp_wr,
+                l.max_cqe
+            ),
+        );
+    }
+    let mrs = Mr::new(&dev.pd, credits * SLOT, Access::LOCAL_WRITE)
+        .and_then(|r| Ok((r, Mr::new(&dev.pd, send_bufs * SLOT, Access::LOCAL_WRITE)?)));
+    let (recv_mr, send_mr) = match mrs {
+        Ok(m) => m,
+        Err(e) => return fail(id, e.to_string()),
+    };
+    let res = (|| -> io::Result<(Arc<CompChannel>, Arc<Cq>)> {
+        let comp = CompChannel::new(&dev.pd)?;
+        let cq = Cq::new(&dev.pd, send_wr + recv_wr + 16, Some(&comp))?;
         id.create_qp(
-            &pd,
+            &dev.pd,
             &cq,
             &cq,
             QpCaps {
                 max_send_wr: send_wr,
-                max_recv_wr: credits as u32,
+                max_recv_wr: recv_wr,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
         )?;
-        let recv_mr = Mr::new(&pd, credits * SLOT, Access::LOCAL_WRITE)?;
-        let send_mr = Mr::new(&pd, credits * SLOT, Access::LOCAL_WRITE)?;
-        let data_mr = Mr::new(&pd, DATA_BUFS * max_io, Access::LOCAL_WRITE)?;
-        for slot in 0..credits {
-            id.post_recv(wr_id(K_RECV, None, slot), &recv_mr, slot * SLOT, SLOT)?;
+        for r in 0..credits {
+            id.post_recv(wr_id(K_RECV, r), &recv_mr, r * SLOT, SLOT)?;
         }
-        let reply = t.hello_reply(&export).to_bytes();
-        // 4.3 s: well above the time a 1 MiB RDMA Read takes on a slow link (see
-        // set_ack_timeout), still bounded (7 retries) for a peer that is really gone.
+        let reply = t.hello_reply(&a.export, a.challenge.as_ref()).to_bytes();
+        // 4.3 s: well above the time a 1 MiB RDMA Read takes on a slow link, still bounded
+        // (7 retries) for a peer that is really gone.
         id.set_ack_timeout(ACK_TIMEOUT_EXP)?;
         id.accept(&ConnParams {
             private_data: &reply,
             responder_resources: 0xff,
-            initiator_depth: 0xff,
+            initiator_depth: l.max_qp_init_rd_atom.min(0xff) as u8,
             retry_count: 7,
             rnr_retry_count: 0,
         })?;
-        Ok((pd, comp, cq, recv_mr, send_mr, data_mr))
+        Ok((comp, cq))
     })();
-    let (pd, comp, cq, recv_mr, send_mr, data_mr) = match res {
+    let (comp, cq) = match res {
         Ok(p) => p,
+        Err(e) => return fail(id, e.to_string()),
+    };
+    let challenge = a.challenge;
+    let core = match Core::new(
+        t.clone(),
+        a.export,
+        a.fence,
+        a.hold,
+        a.writes,
+        dev.pool.clone(),
+        slots,
+    ) {
+        Ok(c) => c,
         Err(e) => {
-            eprintln!("rdmadisk-target: rdma: cannot set up a connection for {peer}: {e}");
-            let _ = id.reject(&HelloReply::rejected(HelloStatus::Busy).to_bytes());
+            log::error!("rdma: cannot set up the ring of a connection for {peer}: {e}");
+            let _ = id.disconnect();
+            drop(id);
             return Err(());
         }
     };
-    eprintln!(
-        "rdmadisk-target: rdma: {peer} attached to export {} (queue {}/{}, {credits} credits, client recv credits {}, session {} epoch {})",
-        export.name, hello.queue_id, hello.queue_count, hello.recv_credits, hello.session_id, hello.epoch
+    log::info!(
+        "rdma: {peer} attached to export {} (queue {}/{}, {credits} credits, client recv credits {}, session {} epoch {})",
+        core.export.name, hello.queue_id, hello.queue_count, hello.recv_credits, hello.session_id, hello.epoch
     );
     Stats::inc(&t.stats.rdma_connections);
     Ok(Conn {
         id,
-        _comp: comp,
-        cq,
-        pd,
+        core,
         recv_mr,
         send_mr,
-        data_mr,
-        export,
-        fence,
-        rng: Rng::new(u64::from(peer_addr.map_or(0, |a| a.port()))),
-        chooser: Chooser::default(),
-        late_rkeys: VecDeque::new(),
-        hostile_reset: false,
+        cq,
+        _comp: comp,
+        _dev: dev,
+        _cap: cap,
         peer,
-        max_io,
-        send_slots: credits,
-        send_free: (0..credits).rev().collect(),
-        data_free: (0..DATA_BUFS).rev().collect(),
-        pending: VecDeque::new(),
+        recv_of: vec![None; slots],
+        backlog: VecDeque::new(),
+        pending: vec![0; slots],
+        spare_free: (0..SPARE).collect(),
         resp_credits: CreditSender::new(hello.recv_credits),
-        read_done: None,
+        waiting_since: None,
+        chooser: Chooser::default(),
+        rng: Rng::new(u64::from(peer_addr.map_or(0, |a| a.port()))),
+        late_rkeys: VecDeque::new(),
+        armed: false,
+        last_rx: Instant::now(),
         broken: None,
+        hostile_reset: false,
+        auth: challenge,
+        auth_deadline: Instant::now() + t.limits.hello_timeout,
+        denied: None,
         shared: Arc::new(Shared {
             disconnected: AtomicBool::new(false),
         }),
     })
 }
 
-/// One RDMA connection. Field order is drop order: the QP (in `id`) goes first.
+/// One RDMA connection. Field order is drop order: the QP (in `id`) goes first, so that no
+/// work request can touch memory after it; then `core`, which drains its ring and gives the
+/// data buffers back; then the message buffers.
 struct Conn {
     id: CmId,
-    _comp: Arc<CompChannel>,
-    cq: Arc<Cq>,
-    pd: Arc<Pd>,
+    core: Core,
     recv_mr: Mr,
     send_mr: Mr,
-    data_mr: Mr,
-    export: Arc<Export>,
-    fence: ConnFence,
-    rng: Rng,
+    cq: Arc<Cq>,
+    _comp: Arc<CompChannel>,
+    _dev: Arc<Device>,
+    _cap: CapSlot,
+    peer: String,
+    /// The receive each request slot came in on, reposted with its response.
+    recv_of: Vec<Option<usize>>,
+    /// Requests that came while every slot was taken (their responses' Sends not yet
+    /// acknowledged): started as slots free up. Their receives are not reposted meanwhile, so
+    /// this never holds more than the credits.
+    backlog: VecDeque<(usize, rdmadisk_proto::wire::Request)>,
+    /// Work requests of each slot still to complete before it is released.
+    pending: Vec<u32>,
+    spare_free: Vec<usize>,
+    resp_credits: CreditSender,
+    /// Since when a response has waited for a response credit.
+    waiting_since: Option<Instant>,
     chooser: Chooser,
-    /// rkeys of the late writes in flight, oldest first (send completions come in order).
+    rng: Rng,
+    /// rkeys of the late writes in flight, oldest first.
     late_rkeys: VecDeque<u32>,
+    /// The CQ is armed and a poll of its channel is on the ring.
+    armed: bool,
+    last_rx: Instant,
+    broken: Option<String>,
     /// `broken` is the expected end of a hostile late write, not a fault.
     hostile_reset: bool,
-    peer: String,
-    max_io: usize,
-    send_slots: usize,
-    send_free: Vec<usize>,
-    data_free: Vec<usize>,
-    pending: VecDeque<Request>,
-    resp_credits: CreditSender,
-    read_done: Option<Result<(), ()>>,
-    broken: Option<String>,
+    /// The client has yet to answer this challenge; nothing else is served until it has.
+    auth: Option<Challenge>,
+    auth_deadline: Instant,
+    /// The spare buffer carrying a Denied answer: the connection goes once it is sent.
+    denied: Option<usize>,
     shared: Arc<Shared>,
 }
 
@@ -323,302 +445,362 @@ impl Conn {
         self.broken.is_some() || self.shared.disconnected.load(Ordering::SeqCst)
     }
 
-    fn run(mut self, t: &Target) {
-        let _guard = ConnGuard::new(t);
-        loop {
+    fn run(mut self, unmap: impl FnOnce()) {
+        let t = self.core.t.clone();
+        let mut other = Vec::new();
+        let mut stop_at = None;
+        let end: Option<String> = loop {
+            self.pump();
             if self.gone() {
-                break;
+                break None;
             }
-            match self.pending.pop_front() {
-                Some(req) => self.process(t, req),
-                None if t.stopping() => break,
-                None => self.drive(t, Some(TICK)),
+            let now = Instant::now();
+            if t.stopping() {
+                let at = *stop_at.get_or_insert(now + t.limits.shutdown_timeout);
+                if self.core.working() == 0 {
+                    break None;
+                }
+                if now >= at {
+                    break Some("still busy at the end of the shutdown timeout".to_string());
+                }
             }
-        }
-        // Let responses already posted reach the client before disconnecting.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !self.gone()
-            && (self.send_free.len() < self.send_slots || self.data_free.len() < DATA_BUFS)
-            && Instant::now() < deadline
-        {
-            self.drive(t, Some(Duration::from_millis(50)));
+            if let Some(since) = self.waiting_since {
+                if now.duration_since(since) > t.limits.send_timeout {
+                    Stats::inc(&t.stats.send_timeouts);
+                    break Some(format!(
+                        "no response credit from the client for {} s",
+                        t.limits.send_timeout.as_secs()
+                    ));
+                }
+            }
+            if self.auth.is_some() && now > self.auth_deadline {
+                Stats::inc(&t.stats.hello_timeouts);
+                break Some("no authentication within the deadline".to_string());
+            }
+            if let Some(idle) = t.limits.idle_timeout {
+                if self.core.busy() == 0 && now.duration_since(self.last_rx) > idle {
+                    Stats::inc(&t.stats.idle_closes);
+                    break Some(format!("idle for {} s (no keepalive)", idle.as_secs()));
+                }
+            }
+            other.clear();
+            if let Err(e) = self.core.turn(Some(TICK), &mut other) {
+                break Some(format!("ring: {e}"));
+            }
+            for d in other.drain(..) {
+                if d.user_data & UD_KIND == UD_CQ {
+                    self.armed = false;
+                    if d.result < 0 || d.result & i32::from(libc::POLLIN) == 0 {
+                        // An error on the channel (the device going away, say): taking an event
+                        // would block; the connection is over.
+                        self.broken
+                            .get_or_insert(format!("the CQ channel failed (poll {})", d.result));
+                    } else if let Err(e) = self.cq.take_event() {
+                        self.broken.get_or_insert(format!("CQ event: {e}"));
+                    }
+                }
+            }
+        };
+        if let Some(why) = end {
+            self.broken.get_or_insert(why);
         }
         // Pick up error completions that raced with a disconnect, for the log and the counters.
-        if self.broken.is_none() {
-            self.drive(t, Some(Duration::ZERO));
-            if self.broken.as_deref() == Some("queue pair flushed") {
-                self.broken = None;
-            }
+        self.poll_cq();
+        if self.broken.as_deref() == Some("queue pair flushed") {
+            self.broken = None;
         }
-        let events = self.pd.drain_async_events();
+        let events = self._dev.pd.drain_async_events();
         if !events.is_empty() {
-            eprintln!(
-                "rdmadisk-target: rdma: {}: async events: {}",
-                self.peer,
-                events.join(", ")
-            );
+            log::warn!("rdma: {}: async events: {}", self.peer, events.join(", "));
         }
         match &self.broken {
             Some(why) => {
-                eprintln!(
-                    "rdmadisk-target: rdma: {}: {why}; resetting this connection",
-                    self.peer
-                );
-                Stats::inc(if self.hostile_reset {
-                    &t.stats.hostile_resets
-                } else {
-                    &t.stats.resets
-                });
+                log::warn!("rdma: {}: {why}; resetting this connection", self.peer);
+                if self.hostile_reset {
+                    Stats::inc(&t.stats.hostile_resets);
+                } else if self.denied.is_none() {
+                    // (A failed authentication is counted in auth_failures.)
+                    Stats::inc(&t.stats.resets);
+                }
             }
-            None => eprintln!("rdmadisk-target: rdma: {} disconnected", self.peer),
+            None => log::info!("rdma: {} disconnected", self.peer),
         }
         let _ = self.id.disconnect();
+        // The wait on the CQ's channel would never end once the QP and CQ are gone: cancel it,
+        // so that the ring drains (dropping `core`) without waiting for it.
+        if self.armed {
+            let _ = self.core.ring.cancel(UD_CQ);
+        }
+        unmap();
     }
 
-    /// Waits up to `timeout` for completions and applies them.
-    fn drive(&mut self, t: &Target, timeout: Option<Duration>) {
-        let wcs = match self.cq.wait(timeout) {
-            Ok(w) => w,
+    /// Applies completions and moves every request along that can move.
+    fn pump(&mut self) {
+        loop {
+            self.poll_cq();
+            self.core.poll_waiting();
+            self.fetch();
+            self.answer();
+            if self.gone() || self.armed {
+                return;
+            }
+            // Arm, then look once more: a completion may have come in between.
+            if let Err(e) = self.cq.arm() {
+                self.broken.get_or_insert(format!("cannot arm the CQ: {e}"));
+                return;
+            }
+            if self.poll_cq() > 0 {
+                continue;
+            }
+            let Some(fd) = self.cq.channel_fd() else {
+                return;
+            };
+            if let Err(e) = self.core.ring.poll_in(fd, UD_CQ) {
+                self.broken
+                    .get_or_insert(format!("cannot wait for the CQ: {e}"));
+                return;
+            }
+            self.armed = true;
+            return;
+        }
+    }
+
+    /// Takes every completion of the CQ; returns how many.
+    fn poll_cq(&mut self) -> usize {
+        let mut wcs = Vec::new();
+        let mut total = 0;
+        loop {
+            wcs.clear();
+            match self.cq.poll(&mut wcs, 16) {
+                Ok(0) => return total,
+                Ok(n) => total += n,
+                Err(e) => {
+                    self.broken.get_or_insert(format!("CQ poll failed: {e}"));
+                    return total;
+                }
+            }
+            for wc in &wcs {
+                self.completion(wc);
+            }
+        }
+    }
+
+    fn completion(&mut self, wc: &rdma::Completion) {
+        let t = self.core.t.clone();
+        let kind = wr_kind(wc.wr_id);
+        let i = wr_index(wc.wr_id);
+        if kind == K_LATE && wc.status != rdma::WC_WR_FLUSH_ERR {
+            return self.late_write_done(wc, i);
+        }
+        if !wc.ok() {
+            if wc.status == rdma::WC_WR_FLUSH_ERR {
+                self.broken
+                    .get_or_insert_with(|| "queue pair flushed".into());
+            } else {
+                Stats::inc(&t.stats.rdma_errors);
+                let what = match kind {
+                    K_RECV => "receive",
+                    K_READ => "RDMA Read",
+                    _ => "RDMA Write/Send",
+                };
+                self.broken
+                    .get_or_insert(format!("{what} failed: {}", wc.status_str()));
+            }
+            return;
+        }
+        match kind {
+            K_RECV => self.received(wc, i),
+            K_READ => {
+                Stats::inc(&t.stats.rdma_reads);
+                Stats::add(
+                    &t.stats.rdma_read_bytes,
+                    u64::from(self.core.slots[i].req.length),
+                );
+                self.core.data_in(i);
+            }
+            K_SEND | K_LATE => self.wr_done(i),
+            K_EXTRA => {
+                self.spare_free.push(i);
+                if self.denied == Some(i) {
+                    self.broken.get_or_insert("authentication failed".into());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn received(&mut self, wc: &rdma::Completion, r: usize) {
+        self.last_rx = Instant::now();
+        let off = r * SLOT;
+        let len = (wc.byte_len as usize).min(SLOT);
+        let msg = match ClientMsg::decode(&self.recv_mr[off..off + len]) {
+            Ok(m) => m,
             Err(e) => {
-                self.broken.get_or_insert(format!("CQ wait failed: {e}"));
+                self.broken
+                    .get_or_insert(format!("malformed message ({e}, {} bytes)", wc.byte_len));
                 return;
             }
         };
-        for wc in wcs {
-            let kind = wr_kind(wc.wr_id);
-            if kind == K_LATE && wc.status != rdma::WC_WR_FLUSH_ERR {
-                self.late_write_done(t, &wc);
-                continue;
-            }
-            if !wc.ok() {
-                if kind == K_READ {
-                    self.read_done = Some(Err(()));
-                }
-                if wc.status == rdma::WC_WR_FLUSH_ERR {
-                    self.broken
-                        .get_or_insert_with(|| "queue pair flushed".into());
-                } else {
-                    Stats::inc(&t.stats.rdma_errors);
-                    let what = match kind {
-                        K_RECV => "receive",
-                        K_READ => "RDMA Read",
-                        _ => "RDMA Write/Send",
-                    };
-                    self.broken
-                        .get_or_insert(format!("{what} failed: {}", wc.status_str()));
-                }
-                continue;
-            }
-            match kind {
-                K_RECV => {
-                    let slot = wr_slot(wc.wr_id);
-                    let off = slot * SLOT;
-                    let len = (wc.byte_len as usize).min(SLOT);
-                    match Request::decode(&self.recv_mr[off..off + len]) {
-                        Ok(req) => {
-                            self.resp_credits.grant(req.credits);
-                            self.pending.push_back(req);
-                            if let Err(e) = self.id.post_recv(wc.wr_id, &self.recv_mr, off, SLOT) {
-                                self.broken
-                                    .get_or_insert(format!("cannot repost a receive: {e}"));
-                            }
-                        }
-                        Err(e) => {
-                            self.broken.get_or_insert(format!(
-                                "malformed message ({e}, {} bytes)",
-                                wc.byte_len
-                            ));
-                        }
-                    }
-                }
-                K_SEND => {
-                    self.send_free.push(wr_slot(wc.wr_id));
-                    if let Some(b) = wr_data_buf(wc.wr_id) {
-                        self.data_free.push(b);
-                    }
-                }
-                K_READ => self.read_done = Some(Ok(())),
-                _ => {}
-            }
-        }
-    }
-
-    /// Completion of a hostile late write: it must have been refused, since the response before
-    /// it invalidated its rkey.
-    fn late_write_done(&mut self, t: &Target, wc: &rdma::Completion) {
-        let rkey = self.late_rkeys.pop_front().unwrap_or(0);
-        if wc.ok() {
-            if let Some(b) = wr_data_buf(wc.wr_id) {
-                self.data_free.push(b);
-            }
-            Stats::inc(&t.stats.late_write_succeeded);
-            eprintln!(
-                "rdmadisk-target: rdma: {}: hostile late RDMA Write to rkey {rkey:#x} SUCCEEDED after the response that invalidated it: the client left that memory reachable",
-                self.peer
-            );
+        if self.denied.is_some() {
+            // Denied: nothing it sends now is served; the connection is on its way out.
             return;
         }
-        Stats::inc(&t.stats.late_write_rejected);
-        eprintln!(
-            "rdmadisk-target: rdma: {}: hostile late RDMA Write to invalidated rkey {rkey:#x} refused, as it must be: {} (status {})",
-            self.peer,
-            wc.status_str(),
-            wc.status
-        );
-        // The QP is in the error state now; what follows is that, not a fault of the client.
-        if self.broken.is_none() {
-            self.hostile_reset = true;
-            self.broken = Some(format!(
-                "hostile late RDMA Write refused ({})",
-                wc.status_str()
-            ));
-        }
-    }
-
-    fn acquire_data_buf(&mut self, t: &Target) -> Option<usize> {
-        while self.data_free.is_empty() {
-            if self.gone() {
-                return None;
+        let req = match msg {
+            ClientMsg::Request(_) if self.auth.is_some() => {
+                Stats::inc(&self.core.t.stats.auth_failures);
+                self.broken
+                    .get_or_insert("a request before authentication".into());
+                return;
             }
-            self.drive(t, Some(TICK));
-        }
-        self.data_free.pop()
-    }
-
-    fn process(&mut self, t: &Target, req: Request) {
-        let export = self.export.clone();
-        if let Err(st) = t.admit(&export, &req) {
-            // Still checked: any request of a newer set moves the fence.
-            let st = t.fenced(&self.fence, &req, || st).unwrap_or_else(|f| f);
-            self.respond(t, &req, st, 0, None);
-            return;
-        }
-        if t.stalls(&req) {
-            return;
-        }
-        let n = req.length as usize;
-        match req.opcode {
-            Opcode::Read => {
-                let Some(b) = self.acquire_data_buf(t) else {
-                    return;
-                };
-                let off = b * self.max_io;
-                let (st, crc) = t
-                    .fenced(&self.fence, &req, || {
-                        t.read(&export, &req, &mut self.data_mr[off..off + n])
-                    })
-                    .unwrap_or_else(|f| (f, 0));
-                if st == Status::Ok {
-                    self.respond(t, &req, st, crc, Some(b));
-                } else {
-                    self.data_free.push(b);
-                    self.respond(t, &req, st, 0, None);
-                }
-            }
-            Opcode::Write => {
-                let Some(b) = self.acquire_data_buf(t) else {
-                    return;
-                };
-                let off = b * self.max_io;
-                self.read_done = None;
-                let wr = SendWr {
-                    wr_id: wr_id(K_READ, Some(b), 0),
-                    op: SendOp::RdmaRead {
-                        remote_addr: req.buf.addr,
-                        rkey: req.buf.rkey,
-                    },
-                    local: Some((&self.data_mr, off, n)),
-                    signaled: true,
-                };
-                if let Err(e) = self.id.post_send(&[wr]) {
-                    self.broken
-                        .get_or_insert(format!("cannot post an RDMA Read: {e}"));
-                    return;
-                }
-                Stats::inc(&t.stats.rdma_reads);
-                Stats::add(&t.stats.rdma_read_bytes, n as u64);
-                while self.read_done.is_none() && !self.gone() {
-                    self.drive(t, Some(TICK));
-                }
-                if self.read_done != Some(Ok(())) {
-                    return;
-                }
-                // The fence is checked now, at apply time, not before the RDMA Read: a newer
-                // set may have moved it while the data was in flight.
-                let st = t
-                    .fenced(&self.fence, &req, || {
-                        t.write(&export, &req, &self.data_mr[off..off + n])
-                    })
-                    .unwrap_or_else(|f| f);
-                self.data_free.push(b);
-                self.respond(t, &req, st, 0, None);
-            }
-            _ => {
-                let st = t
-                    .fenced(&self.fence, &req, || t.no_data(&export, &req))
-                    .unwrap_or_else(|f| f);
-                self.respond(t, &req, st, 0, None);
-            }
-        }
-    }
-
-    /// Posts one extra hostile message as a plain Send. Like every Send it spends a response
-    /// credit, so it is sent only if one is left (no RNR, ever), and a send slot. False if it
-    /// was not sent.
-    fn post_extra(&mut self, msg: &[u8; RESPONSE_LEN]) -> bool {
-        if self.send_free.is_empty() || !self.resp_credits.try_consume() {
-            return false;
-        }
-        let Some(slot) = self.send_free.pop() else {
-            return false;
+            ClientMsg::Request(req) => req,
+            ClientMsg::Auth(a) => return self.authenticate(r, &a),
         };
-        let off = slot * SLOT;
-        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(msg);
+        self.resp_credits.grant(req.credits);
+        if self.core.t.stopping() {
+            // Shutting down: nothing new is started (the receive is not reposted either).
+            return;
+        }
+        self.backlog.push_back((r, req));
+        self.start_backlog();
+    }
+
+    /// Starts the requests that arrived, as far as free slots go.
+    fn start_backlog(&mut self) {
+        while !self.backlog.is_empty() {
+            let Some(j) = self.core.free_slot() else {
+                return;
+            };
+            let Some((r, req)) = self.backlog.pop_front() else {
+                return;
+            };
+            self.recv_of[j] = Some(r);
+            self.core.start(j, req, None);
+        }
+    }
+
+    /// Answers the client's authentication (received on receive `r`): Ok, and the connection
+    /// serves from now on; or Denied, and it goes once that is sent.
+    fn authenticate(&mut self, r: usize, a: &rdmadisk_proto::wire::AuthRequest) {
+        let t = self.core.t.clone();
+        self.resp_credits.grant(a.credits);
+        let Some(ch) = self.auth.take() else {
+            self.broken
+                .get_or_insert("an authentication nobody asked for".into());
+            return;
+        };
+        let ok = ch.check(&t, &self.core.export, a);
+        if ok && !self.core.confirm_hold() {
+            self.broken.get_or_insert(crate::tcp::TAKEN.into());
+            return;
+        }
+        if let Err(e) = self
+            .id
+            .post_recv(wr_id(K_RECV, r), &self.recv_mr, r * SLOT, SLOT)
+        {
+            self.broken
+                .get_or_insert(format!("cannot repost a receive: {e}"));
+            return;
+        }
+        let Some(k) = self.spare_free.pop() else {
+            self.broken
+                .get_or_insert("no buffer to answer the authentication".into());
+            return;
+        };
+        if !self.resp_credits.try_consume() {
+            self.spare_free.push(k);
+            self.broken
+                .get_or_insert("no response credit to answer the authentication".into());
+            return;
+        }
+        let off = (self.recv_of.len() + k) * SLOT;
+        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(&t.auth_response(a, ok).to_bytes());
         let send = SendWr {
-            wr_id: wr_id(K_SEND, None, slot),
+            wr_id: wr_id(K_EXTRA, k),
             op: SendOp::Send,
             local: Some((&self.send_mr, off, RESPONSE_LEN)),
             signaled: true,
         };
         if let Err(e) = self.id.post_send(&[send]) {
-            self.send_free.push(slot);
             self.broken
-                .get_or_insert(format!("cannot post a hostile extra message: {e}"));
-            return false;
+                .get_or_insert(format!("cannot answer the authentication: {e}"));
+            return;
         }
-        true
+        if ok {
+            log::info!("rdma: {}: authenticated", self.peer);
+        } else {
+            log::warn!(
+                "rdma: {}: authentication failed for export {}: wrong proof",
+                self.peer,
+                self.core.export.name
+            );
+            self.denied = Some(k);
+        }
     }
 
-    /// Posts the response (after the RDMA Write of `data_buf`, for reads).
-    fn respond(
-        &mut self,
-        t: &Target,
-        req: &Request,
-        status: Status,
-        crc: u32,
-        data_buf: Option<usize>,
-    ) {
-        let mut waited = false;
-        while !self.resp_credits.try_consume() {
-            if !waited {
-                Stats::inc(&t.stats.credit_waits);
-                waited = true;
+    /// Posts the RDMA Reads of the writes whose data is wanted.
+    fn fetch(&mut self) {
+        while let Some(j) = self.core.to_fetch.pop_front() {
+            let s = &self.core.slots[j];
+            let Some(mr) = s.buf.as_ref().and_then(|b| b.mr()) else {
+                self.broken
+                    .get_or_insert("a write's buffer is not registered".into());
+                return;
+            };
+            let wr = SendWr {
+                wr_id: wr_id(K_READ, j),
+                op: SendOp::RdmaRead {
+                    remote_addr: s.req.buf.addr,
+                    rkey: s.req.buf.rkey,
+                },
+                local: Some((mr, 0, s.req.length as usize)),
+                signaled: true,
+            };
+            if let Err(e) = self.id.post_send(&[wr]) {
+                self.broken
+                    .get_or_insert(format!("cannot post an RDMA Read: {e}"));
+                return;
             }
+        }
+    }
+
+    /// Sends the responses that are ready, as far as response credits go.
+    fn answer(&mut self) {
+        while let Some(&j) = self.core.to_answer.front() {
             if self.gone() {
                 return;
             }
-            self.drive(t, Some(TICK));
-        }
-        while self.send_free.is_empty() {
-            if self.gone() {
+            if !self.resp_credits.try_consume() {
+                if self.waiting_since.is_none() {
+                    Stats::inc(&self.core.t.stats.credit_waits);
+                    self.waiting_since = Some(Instant::now());
+                }
                 return;
             }
-            self.drive(t, Some(TICK));
+            self.waiting_since = None;
+            self.core.to_answer.pop_front();
+            self.respond(j);
         }
-        let Some(slot) = self.send_free.pop() else {
-            return;
-        };
-        let resp = t.response(req, status, crc);
+    }
+
+    /// Posts the response of slot `j` (after the RDMA Write of its read data), reposting the
+    /// receive its request came in on first: the response grants that receive back as a
+    /// credit.
+    fn respond(&mut self, j: usize) {
+        let t = self.core.t.clone();
+        if let Some(r) = self.recv_of[j].take() {
+            if let Err(e) = self
+                .id
+                .post_recv(wr_id(K_RECV, r), &self.recv_mr, r * SLOT, SLOT)
+            {
+                self.broken
+                    .get_or_insert(format!("cannot repost a receive: {e}"));
+                return;
+            }
+        }
+        let s = &self.core.slots[j];
+        let req = s.req;
+        let resp = t.response(&req, s.status, s.crc);
+        let n = s.out_len();
         let invalidate = req.buf.rkey != 0 && !t.limits.no_invalidate;
         let hostile = self.chooser.pick(
             &t.limits.hostile,
@@ -626,9 +808,9 @@ impl Conn {
             &Candidate {
                 tcp: false,
                 opcode: req.opcode,
-                ok: status == Status::Ok,
+                ok: s.status == Status::Ok,
                 invalidates: invalidate,
-                spare_send: self.resp_credits.available() > 0 && !self.send_free.is_empty(),
+                spare_send: self.resp_credits.available() > 0 && !self.spare_free.is_empty(),
             },
         );
         if let Some(k) = hostile {
@@ -636,13 +818,6 @@ impl Conn {
         }
         if hostile == Some(Kind::UnknownTag) {
             self.post_extra(&hostile::unknown_tag(&resp).to_bytes());
-            if self.broken.is_some() {
-                self.send_free.push(slot);
-                if let Some(b) = data_buf {
-                    self.data_free.push(b);
-                }
-                return;
-            }
         }
         let mut msg = resp.to_bytes();
         let mut len = RESPONSE_LEN;
@@ -672,65 +847,61 @@ impl Conn {
             _ => {}
         }
         let invalidated = matches!(op, SendOp::SendInv { .. });
-        // The late write reads the data buffer after the Send has completed, so it, not the
-        // Send, gives the buffer back.
-        let late = match (hostile, data_buf) {
-            (Some(Kind::LateWrite), Some(b)) => Some(b),
-            _ => None,
-        };
-        let off = slot * SLOT;
+        let off = j * SLOT;
         self.send_mr[off..off + len].copy_from_slice(&msg[..len]);
-        let send = SendWr {
-            wr_id: wr_id(K_SEND, if late.is_some() { None } else { data_buf }, slot),
-            op,
-            local: Some((&self.send_mr, off, len)),
-            signaled: true,
-        };
-        let n = req.length as usize;
+        let data_mr = self.core.slots[j].buf.as_ref().and_then(|b| b.mr());
         let mut wrs = Vec::with_capacity(3);
-        if let Some(b) = data_buf {
+        if n > 0 {
+            let Some(mr) = data_mr else {
+                self.broken
+                    .get_or_insert("a read's buffer is not registered".into());
+                return;
+            };
             wrs.push(SendWr {
                 wr_id: 0,
                 op: SendOp::RdmaWrite {
                     remote_addr: req.buf.addr,
                     rkey: req.buf.rkey,
                 },
-                local: Some((&self.data_mr, b * self.max_io, n)),
+                local: Some((mr, 0, n)),
                 signaled: false,
             });
         }
-        wrs.push(send);
-        if let Some(b) = late {
+        wrs.push(SendWr {
+            wr_id: wr_id(K_SEND, j),
+            op,
+            local: Some((&self.send_mr, off, len)),
+            signaled: true,
+        });
+        let late = hostile == Some(Kind::LateWrite) && n > 0;
+        if late {
             // The same bytes again, to the same place: if the client's HCA wrongly lets it in,
             // it rewrites data the client already has rather than corrupting it.
             wrs.push(SendWr {
-                wr_id: wr_id(K_LATE, Some(b), 0),
+                wr_id: wr_id(K_LATE, j),
                 op: SendOp::RdmaWrite {
                     remote_addr: req.buf.addr,
                     rkey: req.buf.rkey,
                 },
                 local: Some((
-                    &self.data_mr,
-                    b * self.max_io,
+                    data_mr.expect("checked above"),
+                    0,
                     hostile::LATE_WRITE_LEN.min(n),
                 )),
                 signaled: true,
             });
         }
         if let Err(e) = self.id.post_send(&wrs) {
-            self.send_free.push(slot);
-            if let Some(b) = data_buf {
-                self.data_free.push(b);
-            }
             self.broken
                 .get_or_insert(format!("cannot post a response: {e}"));
             return;
         }
-        if data_buf.is_some() {
+        self.pending[j] = 1 + u32::from(late);
+        if n > 0 {
             Stats::inc(&t.stats.rdma_writes);
             Stats::add(&t.stats.rdma_write_bytes, n as u64);
         }
-        if late.is_some() {
+        if late {
             self.late_rkeys.push_back(req.buf.rkey);
         }
         Stats::inc(if invalidated {
@@ -740,6 +911,72 @@ impl Conn {
         });
         if hostile == Some(Kind::DupResponse) {
             self.post_extra(&hostile::duplicate(&resp).to_bytes());
+        }
+    }
+
+    /// Posts one extra hostile message as a plain Send. Like every Send it spends a response
+    /// credit, so it is sent only if one is left (no RNR, ever), and a spare buffer.
+    fn post_extra(&mut self, msg: &[u8; RESPONSE_LEN]) {
+        if self.spare_free.is_empty() || !self.resp_credits.try_consume() {
+            return;
+        }
+        let Some(k) = self.spare_free.pop() else {
+            return;
+        };
+        let off = (self.recv_of.len() + k) * SLOT;
+        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(msg);
+        let send = SendWr {
+            wr_id: wr_id(K_EXTRA, k),
+            op: SendOp::Send,
+            local: Some((&self.send_mr, off, RESPONSE_LEN)),
+            signaled: true,
+        };
+        if let Err(e) = self.id.post_send(&[send]) {
+            self.spare_free.push(k);
+            self.broken
+                .get_or_insert(format!("cannot post a hostile extra message: {e}"));
+        }
+    }
+
+    /// One of slot `j`'s last work requests completed.
+    fn wr_done(&mut self, j: usize) {
+        if let Some(p) = self.pending.get_mut(j) {
+            *p = p.saturating_sub(1);
+            if *p == 0 && self.core.slots[j].stage == Stage::Answer {
+                self.core.release(j);
+                self.start_backlog();
+            }
+        }
+    }
+
+    /// Completion of a hostile late write: it must have been refused, since the response before
+    /// it invalidated its rkey.
+    fn late_write_done(&mut self, wc: &rdma::Completion, j: usize) {
+        let t = self.core.t.clone();
+        let rkey = self.late_rkeys.pop_front().unwrap_or(0);
+        self.wr_done(j);
+        if wc.ok() {
+            Stats::inc(&t.stats.late_write_succeeded);
+            log::error!(
+                "rdma: {}: hostile late RDMA Write to rkey {rkey:#x} SUCCEEDED after the response that invalidated it: the client left that memory reachable",
+                self.peer
+            );
+            return;
+        }
+        Stats::inc(&t.stats.late_write_rejected);
+        log::warn!(
+            "rdma: {}: hostile late RDMA Write to invalidated rkey {rkey:#x} refused, as it must be: {} (status {})",
+            self.peer,
+            wc.status_str(),
+            wc.status
+        );
+        // The QP is in the error state now; what follows is that, not a fault of the client.
+        if self.broken.is_none() {
+            self.hostile_reset = true;
+            self.broken = Some(format!(
+                "hostile late RDMA Write refused ({})",
+                wc.status_str()
+            ));
         }
     }
 }

@@ -81,6 +81,27 @@ counters! {
     fence_table_full,
     /// Requests never answered on purpose (--stall-sector).
     stalled_requests,
+    /// Connections refused because the caps were reached (per listener or per host).
+    connections_over_cap,
+    /// Hellos refused Busy: the export is held read-write by another host (exclusive).
+    exclusive_refusals,
+    /// TCP clients that did not send a whole Hello within the deadline.
+    hello_timeouts,
+    /// Connections closed after the idle timeout.
+    idle_closes,
+    /// Connections closed because a response could not be sent in time.
+    send_timeouts,
+    /// TCP connections closed because the rest of a started frame did not come in time.
+    recv_timeouts,
+    /// Requests beyond the credits granted (TCP; the connection is reset).
+    credit_overruns,
+    /// Authentications that failed (a wrong proof, or none where one was required).
+    auth_failures,
+    /// Times a request waited for a data buffer (the budget was spent).
+    buffer_waits,
+    /// Bytes of data buffers held now, and at most (gauges, rewritten with the stats file).
+    buffer_bytes,
+    buffer_bytes_peak,
     /// Hostile acts (--hostile), all kinds; one counter per kind follows.
     hostile_acts,
     hostile_unknown_tag,
@@ -130,11 +151,29 @@ impl Stats {
         }
     }
 
-    /// Rewrites `path` atomically (write to a temp file, rename).
+    /// Sets a gauge.
+    pub fn set(c: &AtomicU64, v: u64) {
+        c.store(v, Ordering::Relaxed);
+    }
+
+    /// Rewrites `path` atomically: a new file with a random name in the same directory
+    /// (created exclusively, so a symlink planted there is never followed), then a rename over
+    /// `path` (which replaces a symlink, never writes through it).
     pub fn write_file(&self, path: &Path) -> io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, self.render())?;
-        std::fs::rename(&tmp, path)
+        use std::io::Write as _;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        // Readable by monitoring that does not run as the target's user. Not fsynced: it is
+        // rewritten every second, and a crash loses nothing the next start does not rebuild.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".rdmadisk-stats")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .tempfile_in(dir)?;
+        tmp.write_all(self.render().as_bytes())?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
     }
 }
 

@@ -1,54 +1,87 @@
-//! The TCP transport: one thread per connection, frames as in `rdmadisk_net::framing`.
+//! The TCP transport: frames as in `rdmadisk_net::framing`, one thread per connection running
+//! the connection's io_uring (socket receives and sends, and the backing I/O of its requests).
+//!
+//! Before anything is read, an accepted connection must come from an address the target
+//! admits, and fit the connection caps; its whole Hello must then arrive within the Hello
+//! deadline. Once attached, requests are read as they come, up to the credits granted: a
+//! request beyond them is a protocol violation and resets the connection, so a client cannot
+//! make the target buffer more than it granted. Responses go out in the order they are ready.
 
-use std::io::{self, Write as _};
+use std::collections::VecDeque;
+use std::io::{self, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdmadisk_net::buf::AlignedBuf;
-use rdmadisk_net::framing::{self, Frame, FrameError};
+use rdmadisk_net::framing;
 use rdmadisk_proto::wire::{
-    FrameHeader, FrameKind, HelloReply, HelloStatus, Opcode, Response, Status, RESPONSE_LEN,
+    ClientMsg, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, Request, Response,
+    FRAME_HEADER_LEN, HELLO_LEN, REQUEST_LEN,
 };
 
-use crate::engine::{ConnGuard, Target};
+use crate::conn::{Core, Stage, UD_KIND, UD_RECV, UD_SEND};
+use crate::engine::{Challenge, Slot as CapSlot, Target};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
+use crate::pool::{Buf, Pool};
+use crate::ring::Done;
 use crate::stats::Stats;
 
-/// How often blocked threads look at the shutdown flag.
-const TICK: Duration = Duration::from_millis(200);
+/// How often a connection looks at its deadlines and the shutdown flag.
+const TICK: Duration = Duration::from_millis(100);
 /// Write data larger than max_io_bytes up to this size is drained and answered with an error;
 /// anything larger is a malformed frame.
 const DRAIN_MAX: u32 = 64 << 20;
+/// Bytes the receive staging buffer holds.
+const STAGING: usize = 64 << 10;
 
 /// Accepts connections until shutdown; returns the connection threads to join.
-pub fn serve(target: Arc<Target>, listener: TcpListener) -> Vec<thread::JoinHandle<()>> {
+pub fn serve(
+    t: Arc<Target>,
+    listener: TcpListener,
+    pool: Arc<Pool>,
+) -> Vec<thread::JoinHandle<()>> {
     let mut threads = Vec::new();
     if let Err(e) = listener.set_nonblocking(true) {
-        eprintln!("rdmadisk-target: tcp: cannot poll the listener: {e}");
+        log::error!("tcp: cannot poll the listener: {e}");
         return threads;
     }
-    while !target.stopping() {
+    while !t.stopping() {
+        threads.retain(|h: &thread::JoinHandle<()>| !h.is_finished());
         match listener.accept() {
             Ok((stream, peer)) => {
-                let t = target.clone();
-                let h = thread::Builder::new()
-                    .name(format!("tcp-{peer}"))
-                    .spawn(move || connection(&t, stream, peer));
-                match h {
-                    Ok(h) => threads.push(h),
-                    Err(e) => {
-                        eprintln!("rdmadisk-target: tcp: cannot start a thread for {peer}: {e}")
-                    }
+                // Checked before a byte is read: an address the target does not admit, or one
+                // over the caps, costs nothing but this.
+                if !t.admits(peer.ip()) {
+                    Stats::inc(&t.stats.refused);
+                    log::warn!(
+                        "tcp: refused connection from {peer}: address not on the allow-list"
+                    );
+                    refuse_early(stream, HelloStatus::NotAllowed);
+                    continue;
                 }
-                threads.retain(|h| !h.is_finished());
+                let Some(cap) = t.connection_slot(peer.ip()) else {
+                    Stats::inc(&t.stats.refused);
+                    log::warn!("tcp: refused connection from {peer}: too many connections");
+                    refuse_early(stream, HelloStatus::Busy);
+                    continue;
+                };
+                let tt = t.clone();
+                let p = pool.clone();
+                match thread::Builder::new()
+                    .name(format!("tcp-{peer}"))
+                    .spawn(move || connection(tt, stream, peer, p, cap))
+                {
+                    Ok(h) => threads.push(h),
+                    Err(e) => log::error!("tcp: cannot start a thread for {peer}: {e}"),
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(50))
+                thread::sleep(Duration::from_millis(20))
             }
             Err(e) => {
-                eprintln!("rdmadisk-target: tcp: accept failed: {e}");
+                log::error!("tcp: accept failed: {e}");
                 thread::sleep(TICK);
             }
         }
@@ -56,228 +89,854 @@ pub fn serve(target: Arc<Target>, listener: TcpListener) -> Vec<thread::JoinHand
     threads
 }
 
-fn connection(t: &Target, mut s: TcpStream, peer: SocketAddr) {
-    let _guard = ConnGuard::new(t);
-    Stats::inc(&t.stats.tcp_connections);
-    let _ = s.set_nonblocking(false);
-    let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(TICK));
-
-    // Hello (within 10 s).
-    let mut waited = Duration::ZERO;
-    let hello = loop {
-        match framing::read_frame_or_idle(&mut s, 0) {
-            Ok(Some(Frame::Hello(h))) => break h,
-            Ok(None) if waited < Duration::from_secs(10) && !t.stopping() => waited += TICK,
-            Ok(None) => return,
-            Ok(Some(f)) => {
-                eprintln!("rdmadisk-target: tcp {peer}: expected Hello, got {f:?}; resetting");
-                Stats::inc(&t.stats.resets);
-                return;
-            }
-            Err(FrameError::Malformed(m)) => {
-                eprintln!("rdmadisk-target: tcp {peer}: bad Hello ({m}); refusing");
-                Stats::inc(&t.stats.refused);
-                let _ =
-                    framing::write_hello_reply(&mut s, &HelloReply::rejected(HelloStatus::Invalid));
-                return;
-            }
-            Err(FrameError::Io(_)) => return,
-        }
-    };
-    let (export, fence) = match t.attach(Some(peer), &hello) {
-        Ok(a) => (a.export, a.fence),
-        Err(st) => {
-            Stats::inc(&t.stats.refused);
-            match st {
-                HelloStatus::NotAllowed => eprintln!("rdmadisk-target: tcp: refused connection from {peer}: address not on the allow-list"),
-                // Logged in detail by attach.
-                HelloStatus::Stale => {}
-                _ => eprintln!(
-                    "rdmadisk-target: tcp: refused connection from {peer} for export {:?}: {st:?}",
-                    hello.export.as_str()
-                ),
-            }
-            let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(st));
-            return;
-        }
-    };
-    if framing::write_hello_reply(&mut s, &t.hello_reply(&export)).is_err() {
-        return;
-    }
-    eprintln!(
-        "rdmadisk-target: tcp: {peer} attached to export {} (queue {}/{}, session {} epoch {})",
-        export.name, hello.queue_id, hello.queue_count, hello.session_id, hello.epoch
-    );
-
-    let max_io = t.limits.max_io_bytes;
-    let mut buf = AlignedBuf::new(max_io as usize);
-    let mut chooser = Chooser::default();
-    let mut rng = Rng::new(u64::from(peer.port()));
-    loop {
-        let frame = match framing::read_frame_or_idle(&mut s, DRAIN_MAX) {
-            Ok(Some(f)) => f,
-            Ok(None) if t.stopping() => break,
-            Ok(None) => continue,
-            Err(FrameError::Io(_)) => break,
-            Err(FrameError::Malformed(m)) => {
-                eprintln!("rdmadisk-target: tcp {peer}: malformed message ({m}); resetting this connection");
-                Stats::inc(&t.stats.resets);
-                break;
-            }
-        };
-        let (req, data_len) = match frame {
-            Frame::Request(r, n) => (r, n),
-            other => {
-                eprintln!(
-                    "rdmadisk-target: tcp {peer}: unexpected {other:?}; resetting this connection"
-                );
-                Stats::inc(&t.stats.resets);
-                break;
-            }
-        };
-        let expect = if req.opcode == Opcode::Write {
-            req.length
-        } else {
-            0
-        };
-        if data_len != expect {
-            eprintln!(
-                "rdmadisk-target: tcp {peer}: {:?} tag {} carries {data_len} data bytes, expected {expect}; resetting",
-                req.opcode, req.tag
-            );
-            Stats::inc(&t.stats.resets);
-            break;
-        }
-        // Read the write data now, so the stream stays in step whatever the verdict.
-        if data_len > 0 {
-            let r = if data_len <= max_io {
-                framing::read_full(&mut s, &mut buf[..data_len as usize])
-            } else {
-                drain(&mut s, data_len)
-            };
-            if r.is_err() {
-                break;
-            }
-        }
-        let admitted = t.admit(&export, &req);
-        if admitted.is_ok() && t.stalls(&req) {
-            continue;
-        }
-        let served = t.fenced(&fence, &req, || match admitted {
-            Err(st) => (st, 0, 0),
-            Ok(()) => match req.opcode {
-                Opcode::Read => {
-                    let n = req.length as usize;
-                    let (st, crc) = t.read(&export, &req, &mut buf[..n]);
-                    (st, crc, if st == Status::Ok { n } else { 0 })
-                }
-                Opcode::Write => (t.write(&export, &req, &buf[..req.length as usize]), 0, 0),
-                _ => (t.no_data(&export, &req), 0, 0),
-            },
-        });
-        let (status, crc, out_len) = served.unwrap_or_else(|st| (st, 0, 0));
-        let resp = t.response(&req, status, crc);
-        let data = &buf[..out_len];
-        let hostile = chooser.pick(
-            &t.limits.hostile,
-            &t.hostile_turn,
-            &Candidate {
-                tcp: true,
-                opcode: req.opcode,
-                ok: status == Status::Ok,
-                invalidates: false,
-                spare_send: true,
-            },
-        );
-        let sent = match hostile {
-            None => framing::write_response(&mut s, &resp, data).map(|()| true),
-            Some(k) => {
-                t.count_hostile(k);
-                send_hostile(&mut s, k, &resp, data, &mut rng)
-            }
-        };
-        match sent {
-            Ok(true) => {}
-            Ok(false) => {
-                eprintln!("rdmadisk-target: tcp {peer}: hostile truncated response sent; closing this connection");
-                break;
-            }
-            Err(_) => break,
-        }
-    }
-    let _ = s.shutdown(std::net::Shutdown::Both);
+/// Answers a connection refused on accept with its HelloReply, without reading anything
+/// (the client reads it after sending its Hello), and closes it. Non-blocking: a client that
+/// does not read gets nothing.
+fn refuse_early(mut s: TcpStream, st: HelloStatus) {
+    let _ = s.set_nonblocking(true);
+    let mut b = Vec::new();
+    let _ = framing::write_hello_reply(&mut b, &HelloReply::rejected(st));
+    let _ = s.write(&b);
+    let _ = s.shutdown(std::net::Shutdown::Write);
 }
 
-fn drain(s: &mut TcpStream, mut n: u32) -> io::Result<()> {
-    let mut junk = vec![0u8; 64 << 10];
-    while n > 0 {
-        let k = (n as usize).min(junk.len());
-        framing::read_full(s, &mut junk[..k])?;
-        n -= k as u32;
+/// Closes with a reset: the peer learns at once, and no TIME_WAIT is left behind.
+fn reset(s: &TcpStream) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on a socket we own with a valid linger struct.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &l as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// TCP keepalive: a dead peer (host gone, cable cut) is found within about a minute.
+fn keepalive(s: &TcpStream) {
+    let set = |level: i32, opt: i32, v: i32| {
+        // SAFETY: setsockopt on a socket we own with an int option.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                opt,
+                &v as *const _ as *const libc::c_void,
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            );
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 30);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
+}
+
+/// Reads exactly `buf.len()` bytes before `deadline`.
+fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(io::ErrorKind::TimedOut.into())
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }
 
-/// Writes a Response frame of `msg` whose data is the concatenation of `data`.
-fn write_frame(s: &mut TcpStream, msg: &[u8; RESPONSE_LEN], data: &[&[u8]]) -> io::Result<()> {
-    let total: usize = data.iter().map(|d| d.len()).sum();
-    let hdr = FrameHeader {
-        kind: FrameKind::Response,
-        flags: 0,
-        data_len: u32::try_from(total)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data too long"))?,
-    };
-    let mut head = hdr.to_bytes().to_vec();
-    head.extend_from_slice(msg);
-    s.write_all(&head)?;
-    for d in data {
-        s.write_all(d)?;
+/// The whole Hello, within the deadline.
+fn read_hello(s: &mut TcpStream, deadline: Instant) -> Result<Hello, (HelloStatus, String)> {
+    let mut b = [0u8; FRAME_HEADER_LEN + HELLO_LEN];
+    read_by(s, &mut b, deadline).map_err(|e| {
+        let why = if e.kind() == io::ErrorKind::TimedOut {
+            "no complete Hello within the deadline".to_string()
+        } else {
+            format!("reading the Hello: {e}")
+        };
+        (HelloStatus::Invalid, why)
+    })?;
+    let h =
+        FrameHeader::decode(&b).map_err(|e| (HelloStatus::Invalid, format!("bad frame: {e}")))?;
+    if h.kind != FrameKind::Hello || h.flags != 0 || h.data_len != 0 {
+        return Err((
+            HelloStatus::Invalid,
+            format!("expected a Hello, got {:?}", h.kind),
+        ));
     }
-    s.flush()
+    Hello::decode(&b[FRAME_HEADER_LEN..])
+        .map_err(|e| (e.hello_status(), format!("bad Hello ({e})")))
 }
 
-/// Sends `resp` and its `data` made hostile by `k` (see the hostile module). `Ok(false)`: the
-/// act ended the stream, close the connection.
-fn send_hostile(
-    s: &mut TcpStream,
-    k: Kind,
-    resp: &Response,
-    data: &[u8],
-    rng: &mut Rng,
-) -> io::Result<bool> {
-    match k {
-        Kind::UnknownTag => {
-            framing::write_response(s, &hostile::unknown_tag(resp), &[])?;
-            framing::write_response(s, resp, data)?;
+fn connection(t: Arc<Target>, mut s: TcpStream, peer: SocketAddr, pool: Arc<Pool>, _cap: CapSlot) {
+    Stats::inc(&t.stats.tcp_connections);
+    let _ = s.set_nodelay(true);
+    keepalive(&s);
+    let deadline = Instant::now() + t.limits.hello_timeout;
+    let hello = match read_hello(&mut s, deadline) {
+        Ok(h) => h,
+        Err((st, why)) => {
+            Stats::inc(&t.stats.refused);
+            if why.contains("deadline") {
+                Stats::inc(&t.stats.hello_timeouts);
+            }
+            log::warn!("tcp {peer}: {why}; closing");
+            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(st));
+            reset(&s);
+            return;
         }
-        Kind::DupResponse => {
-            framing::write_response(s, resp, data)?;
-            framing::write_response(s, &hostile::duplicate(resp), data)?;
+    };
+    let a = match t.attach(Some(peer.ip()), &hello) {
+        Ok(a) => a,
+        Err((st, why)) => {
+            Stats::inc(&t.stats.refused);
+            if st == HelloStatus::Stale {
+                log::warn!(
+                    "tcp: stale hello from {peer} for export {}: {why}",
+                    hello.export
+                );
+            } else {
+                log::warn!(
+                    "tcp: refused {peer} for export {:?}: {why}",
+                    hello.export.as_str()
+                );
+            }
+            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(st));
+            return;
         }
-        Kind::BadStatus => write_frame(s, &hostile::bad_status(resp), &[data])?,
-        Kind::LongLength => {
-            // Zeroes, never more of the export: the extra must not leak anything.
-            let extra = [0u8; hostile::LONG_EXTRA as usize];
-            write_frame(s, &hostile::long_length(resp).to_bytes(), &[data, &extra])?;
+    };
+    let _ = s.set_write_timeout(Some(t.limits.send_timeout));
+    if framing::write_hello_reply(&mut s, &t.hello_reply(&a.export, a.challenge.as_ref())).is_err()
+    {
+        return;
+    }
+    log::info!(
+        "tcp: {peer} attached to export {} (queue {}/{}, session {} epoch {})",
+        a.export.name,
+        hello.queue_id,
+        hello.queue_count,
+        hello.session_id,
+        hello.epoch
+    );
+    let credits = usize::from(t.limits.credits);
+    let core = match Core::new(
+        t.clone(),
+        a.export,
+        a.fence,
+        a.hold,
+        a.writes,
+        pool,
+        2 * credits,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("tcp {peer}: cannot set up the connection's ring: {e}");
+            return;
         }
-        Kind::Truncated => {
-            s.write_all(&hostile::truncated_frame(resp, data.len() as u32))?;
-            s.flush()?;
-            let _ = s.shutdown(std::net::Shutdown::Both);
-            return Ok(false);
-        }
-        Kind::Garbage => {
-            s.write_all(&hostile::garbage_frame(rng))?;
-            s.flush()?;
-        }
-        Kind::CreditOverflow => {
-            framing::write_response(s, &hostile::credit_overflow(resp), data)?;
-        }
-        // Never chosen on TCP (Kind::fits); answered normally should that change.
-        Kind::WrongRkey | Kind::NoInvalidate | Kind::LateWrite => {
-            framing::write_response(s, resp, data)?;
+    };
+    let mut c = Conn {
+        core,
+        staging: vec![0u8; STAGING],
+        s,
+        peer,
+        start: 0,
+        end: 0,
+        recv_posted: false,
+        parse: Parse::Head,
+        credits_used: 0,
+        credits,
+        out: VecDeque::new(),
+        sending: None,
+        chooser: Chooser::default(),
+        rng: Rng::new(u64::from(peer.port())),
+        closing: None,
+        eof: false,
+        auth: a.challenge,
+        auth_deadline: deadline,
+        stalled_since: None,
+    };
+    match c.run() {
+        End::Closed => log::info!("tcp {peer}: closed"),
+        End::Ended(why) => log::info!("tcp {peer}: {why}; closing this connection"),
+        End::Reset(why) => {
+            // A hostile act of our own is counted apart (hostile_resets), and so is a failed
+            // authentication (auth_failures).
+            if !why.starts_with("a hostile act") && why != "authentication failed" {
+                Stats::inc(&t.stats.resets);
+            }
+            log::warn!("tcp {peer}: {why}; resetting this connection");
         }
     }
-    Ok(true)
+    let _ = c.s.shutdown(std::net::Shutdown::Both);
+}
+
+/// Why an authenticated connection is reset when an exclusive export was taken meanwhile.
+pub const TAKEN: &str =
+    "the export was attached read-write by another host during the authentication";
+
+/// How a connection ended.
+enum End {
+    /// The client closed it, or the target shut down with nothing left to do.
+    Closed,
+    /// A deadline (idle, a client that does not read, the shutdown timeout) closed it.
+    Ended(String),
+    /// A protocol violation or a transport failure reset it.
+    Reset(String),
+}
+
+/// Where the reader is in the byte stream.
+enum Parse {
+    /// Waiting for a frame header and its request.
+    Head,
+    /// Receiving `req`'s write data into `buf` (slot `slot`), `got` bytes so far.
+    Data {
+        slot: usize,
+        req: Request,
+        buf: Buf,
+        got: usize,
+    },
+    /// A write needs a buffer and none is free: reading stops until one is (`waited`: the
+    /// wait is counted).
+    NeedBuf {
+        slot: usize,
+        req: Request,
+        waited: bool,
+    },
+    /// Throwing away `left` bytes of write data of a request refused as too large; then
+    /// slot `slot` is answered.
+    Skip {
+        slot: usize,
+        req: Request,
+        left: u32,
+    },
+}
+
+/// Part of what goes out on the socket.
+enum Part {
+    Owned(Vec<u8>),
+    /// The read data of a slot.
+    Data(usize, usize),
+}
+
+/// One response (or hostile act) to send; `slot` is released when it has gone out.
+struct Out {
+    parts: Vec<Part>,
+    slot: Option<usize>,
+    /// Close the connection once it is sent.
+    then_close: bool,
+}
+
+struct Sending {
+    out: Out,
+    /// Bytes of `out` sent so far.
+    done: usize,
+    iov: Vec<libc::iovec>,
+    msg: libc::msghdr,
+    since: Instant,
+}
+
+// Teardown (`Drop`) waits for the socket's ring operations before any buffer they name goes
+// (and keeps those buffers for good if it cannot); `core` then waits for the backing I/O.
+struct Conn {
+    core: Core,
+    staging: Vec<u8>,
+    s: TcpStream,
+    peer: SocketAddr,
+    /// Unparsed bytes are staging[start..end].
+    start: usize,
+    end: usize,
+    recv_posted: bool,
+    parse: Parse,
+    /// Requests read whose response has not been queued yet (the credits in use).
+    credits_used: usize,
+    credits: usize,
+    out: VecDeque<Out>,
+    sending: Option<Box<Sending>>,
+    chooser: Chooser,
+    rng: Rng,
+    /// Why the connection is ending, once it is: responses queued are still sent.
+    closing: Option<String>,
+    eof: bool,
+    /// The client has yet to answer this challenge; nothing else is served until it has.
+    auth: Option<Challenge>,
+    auth_deadline: Instant,
+    /// Since when the client owes the rest of a frame it started, without sending a byte:
+    /// a frame is finished within the send timeout, so a stalled client cannot keep a data
+    /// buffer (or its slot) for ever.
+    stalled_since: Option<Instant>,
+}
+
+impl Conn {
+    /// Runs the connection until it ends.
+    fn run(&mut self) -> End {
+        let t = self.core.t.clone();
+        let mut other = Vec::new();
+        let mut stop_at: Option<Instant> = None;
+        loop {
+            if let Err(why) = self.pump() {
+                self.closing.get_or_insert(why);
+            }
+            if self.closing.is_some() && self.sending.is_none() && self.out.is_empty() {
+                break;
+            }
+            if self.eof && self.core.working() == 0 && self.sending.is_none() && self.out.is_empty()
+            {
+                return End::Closed;
+            }
+            // Deadlines.
+            let now = Instant::now();
+            if t.stopping() {
+                let at = *stop_at.get_or_insert(now + t.limits.shutdown_timeout);
+                if self.core.working() == 0 && self.sending.is_none() && self.out.is_empty() {
+                    return End::Closed;
+                }
+                if now >= at {
+                    return End::Ended("still busy at the end of the shutdown timeout".into());
+                }
+            }
+            if let Some(s) = &self.sending {
+                if now.duration_since(s.since) > t.limits.send_timeout {
+                    Stats::inc(&t.stats.send_timeouts);
+                    return End::Ended(format!(
+                        "a response could not be sent for {} s (the client does not read)",
+                        t.limits.send_timeout.as_secs()
+                    ));
+                }
+            }
+            if self.auth.is_some() && now > self.auth_deadline {
+                Stats::inc(&t.stats.hello_timeouts);
+                return End::Ended("no authentication within the deadline".into());
+            }
+            // A started frame (part of a header, or write data; not a write waiting for a buffer
+            // of ours) must keep coming.
+            let owes = match self.parse {
+                Parse::Data { .. } | Parse::Skip { .. } => true,
+                Parse::NeedBuf { .. } => false,
+                Parse::Head => self.end > self.start,
+            };
+            if !owes {
+                self.stalled_since = None;
+            } else if now.duration_since(*self.stalled_since.get_or_insert(now))
+                > t.limits.send_timeout
+            {
+                Stats::inc(&t.stats.recv_timeouts);
+                return End::Ended(format!(
+                    "the rest of a frame did not come for {} s",
+                    t.limits.send_timeout.as_secs()
+                ));
+            }
+            // No idle close on TCP: the kernel client sends no keepalive messages there, and
+            // TCP keepalive (30 s, then 3 probes 10 s apart) finds a peer that is gone.
+            other.clear();
+            if let Err(e) = self.core.turn(Some(TICK), &mut other) {
+                return End::Reset(format!("ring: {e}"));
+            }
+            for d in other.drain(..) {
+                match d.user_data & UD_KIND {
+                    UD_RECV => self.received(d),
+                    UD_SEND => self.sent(d),
+                    _ => {}
+                }
+            }
+        }
+        match self.closing.take() {
+            Some(why) => End::Reset(why),
+            None => End::Closed,
+        }
+    }
+
+    /// Moves everything along that can move without waiting: parses what was received,
+    /// queues ready responses, starts a send and a receive.
+    fn pump(&mut self) -> Result<(), String> {
+        self.core.poll_waiting();
+        if self.closing.is_none() {
+            self.parse()?;
+        }
+        while let Some(i) = self.core.to_answer.pop_front() {
+            self.queue_response(i);
+        }
+        // TCP write data comes with the request: nothing to fetch.
+        debug_assert!(self.core.to_fetch.is_empty());
+        self.start_send()?;
+        if self.closing.is_none() && !self.recv_posted && !self.eof && self.wants_bytes() {
+            if self.start > 0 && self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+            if self.end == self.staging.len() {
+                self.staging.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            let free = &mut self.staging[self.end..];
+            // SAFETY: `staging` belongs to this connection; nothing touches staging[end..]
+            // until this receive completes (`recv_posted`), and teardown (`Conn`'s drop) waits
+            // for that, or keeps `staging` for good if it cannot.
+            unsafe {
+                self.core.ring.recv(
+                    self.s.as_raw_fd(),
+                    free.as_mut_ptr(),
+                    free.len() as u32,
+                    UD_RECV,
+                )
+            }
+            .map_err(|e| format!("cannot receive: {e}"))?;
+            self.recv_posted = true;
+        }
+        Ok(())
+    }
+
+    /// Whether the parser can use more bytes now.
+    fn wants_bytes(&self) -> bool {
+        !matches!(self.parse, Parse::NeedBuf { .. }) && !self.core.t.stopping()
+    }
+
+    fn received(&mut self, d: Done) {
+        self.recv_posted = false;
+        match d.result {
+            0 => self.eof = true,
+            n if n > 0 => {
+                self.end += n as usize;
+                self.stalled_since = None;
+            }
+            e if -e == libc::EINTR || -e == libc::EAGAIN => {}
+            e => {
+                self.closing.get_or_insert(format!(
+                    "receive failed: {}",
+                    io::Error::from_raw_os_error(-e)
+                ));
+            }
+        }
+    }
+
+    /// Parses frames from the staging bytes.
+    fn parse(&mut self) -> Result<(), String> {
+        loop {
+            let avail = self.end - self.start;
+            match &mut self.parse {
+                Parse::Head => {
+                    if avail < FRAME_HEADER_LEN || self.core.t.stopping() {
+                        return Ok(());
+                    }
+                    // The header alone says whether this is a frame at all: garbage resets the
+                    // connection without waiting for more of it.
+                    let b = &self.staging[self.start..self.end];
+                    let h = FrameHeader::decode(b).map_err(|e| format!("malformed frame ({e})"))?;
+                    if h.kind != FrameKind::Request || h.flags != 0 {
+                        return Err(format!("unexpected {:?} frame", h.kind));
+                    }
+                    if avail < FRAME_HEADER_LEN + REQUEST_LEN {
+                        return Ok(());
+                    }
+                    let msg = ClientMsg::decode(&b[FRAME_HEADER_LEN..])
+                        .map_err(|e| format!("malformed request ({e})"))?;
+                    let req = match (msg, &self.auth) {
+                        (ClientMsg::Request(r), None) => r,
+                        (ClientMsg::Request(_), Some(_)) => {
+                            Stats::inc(&self.core.t.stats.auth_failures);
+                            return Err("a request before authentication".into());
+                        }
+                        (ClientMsg::Auth(_), None) => {
+                            return Err("an authentication nobody asked for".into())
+                        }
+                        (ClientMsg::Auth(a), Some(ch)) => {
+                            if h.data_len != 0 {
+                                return Err("an authentication with data".into());
+                            }
+                            self.start += FRAME_HEADER_LEN + REQUEST_LEN;
+                            let ok = ch.check(&self.core.t, &self.core.export, &a);
+                            if ok && !self.core.confirm_hold() {
+                                // Another host attached read-write meanwhile: its next Hello
+                                // is answered Busy.
+                                return Err(TAKEN.into());
+                            }
+                            let resp = self.core.t.auth_response(&a, ok);
+                            let mut v = FrameHeader {
+                                kind: FrameKind::Response,
+                                flags: 0,
+                                data_len: 0,
+                            }
+                            .to_bytes()
+                            .to_vec();
+                            v.extend_from_slice(&resp.to_bytes());
+                            self.out.push_back(Out {
+                                parts: vec![Part::Owned(v)],
+                                slot: None,
+                                then_close: !ok,
+                            });
+                            if ok {
+                                log::info!("tcp {}: authenticated", self.peer);
+                                self.auth = None;
+                                continue;
+                            }
+                            log::warn!(
+                                "tcp {}: authentication failed for export {}: wrong proof",
+                                self.peer,
+                                self.core.export.name
+                            );
+                            // Nothing more is read; the answer goes out, then the connection.
+                            self.closing = Some("authentication failed".into());
+                            return Ok(());
+                        }
+                    };
+                    let expect = if req.opcode == Opcode::Write {
+                        req.length
+                    } else {
+                        0
+                    };
+                    if h.data_len != expect {
+                        return Err(format!(
+                            "{:?} tag {} carries {} data bytes, expected {expect}",
+                            req.opcode, req.tag, h.data_len
+                        ));
+                    }
+                    if h.data_len > DRAIN_MAX {
+                        return Err(format!("a frame of {} data bytes", h.data_len));
+                    }
+                    if self.credits_used >= self.credits {
+                        Stats::inc(&self.core.t.stats.credit_overruns);
+                        return Err(format!(
+                            "a request beyond the {} credits granted",
+                            self.credits
+                        ));
+                    }
+                    let Some(slot) = self.core.free_slot() else {
+                        Stats::inc(&self.core.t.stats.credit_overruns);
+                        return Err("no slot for a request within the credits".into());
+                    };
+                    self.start += FRAME_HEADER_LEN + REQUEST_LEN;
+                    self.credits_used += 1;
+                    self.parse = if h.data_len == 0 {
+                        self.core.start(slot, req, None);
+                        Parse::Head
+                    } else if h.data_len > self.core.pool.buf_len() as u32 {
+                        Parse::Skip {
+                            slot,
+                            req,
+                            left: h.data_len,
+                        }
+                    } else {
+                        Parse::NeedBuf {
+                            slot,
+                            req,
+                            waited: false,
+                        }
+                    };
+                }
+                Parse::NeedBuf { slot, req, waited } => {
+                    let (slot, req) = (*slot, *req);
+                    match self.core.pool.get() {
+                        Ok(Some(buf)) => {
+                            self.parse = Parse::Data {
+                                slot,
+                                req,
+                                buf,
+                                got: 0,
+                            }
+                        }
+                        Ok(None) => {
+                            if !*waited {
+                                *waited = true;
+                                Stats::inc(&self.core.t.stats.buffer_waits);
+                            }
+                            return Ok(());
+                        }
+                        Err(e) => return Err(format!("cannot make a data buffer: {e}")),
+                    }
+                }
+                Parse::Data { req, buf, got, .. } => {
+                    let want = req.length as usize - *got;
+                    let n = want.min(avail);
+                    buf.as_mut_slice()[*got..*got + n]
+                        .copy_from_slice(&self.staging[self.start..self.start + n]);
+                    *got += n;
+                    self.start += n;
+                    if *got < req.length as usize {
+                        return Ok(());
+                    }
+                    let Parse::Data { slot, req, buf, .. } =
+                        std::mem::replace(&mut self.parse, Parse::Head)
+                    else {
+                        unreachable!()
+                    };
+                    self.core.start(slot, req, Some(buf));
+                }
+                Parse::Skip { slot, req, left } => {
+                    let n = (*left as usize).min(avail);
+                    *left -= n as u32;
+                    self.start += n;
+                    if *left > 0 {
+                        return Ok(());
+                    }
+                    let (slot, req) = (*slot, *req);
+                    self.parse = Parse::Head;
+                    // Refused by admission (too long): answered without data.
+                    self.core.start(slot, req, None);
+                }
+            }
+        }
+    }
+
+    /// Queues the response of slot `i` (its credit goes back with it).
+    fn queue_response(&mut self, i: usize) {
+        self.credits_used = self.credits_used.saturating_sub(1);
+        let t = self.core.t.clone();
+        let s = &self.core.slots[i];
+        let resp = t.response(&s.req, s.status, s.crc);
+        let n = s.out_len();
+        let hostile = self.chooser.pick(
+            &t.limits.hostile,
+            &t.hostile_turn,
+            &Candidate {
+                tcp: true,
+                opcode: s.req.opcode,
+                ok: s.status == rdmadisk_proto::wire::Status::Ok,
+                invalidates: false,
+                spare_send: true,
+            },
+        );
+        let frame = |r: &Response, data: usize| -> Vec<u8> {
+            let mut v = FrameHeader {
+                kind: FrameKind::Response,
+                flags: 0,
+                data_len: data as u32,
+            }
+            .to_bytes()
+            .to_vec();
+            v.extend_from_slice(&r.to_bytes());
+            v
+        };
+        let data = |parts: &mut Vec<Part>| {
+            if n > 0 {
+                parts.push(Part::Data(i, n));
+            }
+        };
+        let mut parts = Vec::new();
+        let mut then_close = false;
+        match hostile {
+            None => {
+                parts.push(Part::Owned(frame(&resp, n)));
+                data(&mut parts);
+            }
+            Some(k) => {
+                t.count_hostile(k);
+                match k {
+                    Kind::UnknownTag => {
+                        parts.push(Part::Owned(frame(&hostile::unknown_tag(&resp), 0)));
+                        parts.push(Part::Owned(frame(&resp, n)));
+                        data(&mut parts);
+                    }
+                    Kind::DupResponse => {
+                        parts.push(Part::Owned(frame(&resp, n)));
+                        data(&mut parts);
+                        parts.push(Part::Owned(frame(&hostile::duplicate(&resp), n)));
+                        data(&mut parts);
+                    }
+                    Kind::BadStatus => {
+                        let mut v = frame(&resp, n);
+                        v[FRAME_HEADER_LEN..].copy_from_slice(&hostile::bad_status(&resp));
+                        parts.push(Part::Owned(v));
+                        data(&mut parts);
+                    }
+                    Kind::LongLength => {
+                        // Zeroes, never more of the export: the extra must not leak anything.
+                        let extra = hostile::LONG_EXTRA as usize;
+                        parts.push(Part::Owned(frame(&hostile::long_length(&resp), n + extra)));
+                        data(&mut parts);
+                        parts.push(Part::Owned(vec![0u8; extra]));
+                    }
+                    Kind::Truncated => {
+                        parts.push(Part::Owned(hostile::truncated_frame(&resp, n as u32)));
+                        then_close = true;
+                        log::warn!(
+                            "tcp {}: hostile truncated response sent; closing this connection",
+                            self.peer
+                        );
+                    }
+                    Kind::Garbage => {
+                        parts.push(Part::Owned(hostile::garbage_frame(&mut self.rng).to_vec()))
+                    }
+                    Kind::CreditOverflow => {
+                        parts.push(Part::Owned(frame(&hostile::credit_overflow(&resp), n)));
+                        data(&mut parts);
+                    }
+                    // Never chosen on TCP (Kind::fits); answered normally should that change.
+                    Kind::WrongRkey | Kind::NoInvalidate | Kind::LateWrite => {
+                        parts.push(Part::Owned(frame(&resp, n)));
+                        data(&mut parts);
+                    }
+                }
+            }
+        }
+        self.out.push_back(Out {
+            parts,
+            slot: Some(i),
+            then_close,
+        });
+    }
+
+    /// Starts sending the next queued response if none is being sent.
+    fn start_send(&mut self) -> Result<(), String> {
+        if self.sending.is_some() {
+            return Ok(());
+        }
+        let Some(out) = self.out.pop_front() else {
+            return Ok(());
+        };
+        let mut sn = Box::new(Sending {
+            out,
+            done: 0,
+            iov: Vec::new(),
+            // SAFETY: msghdr is plain data; all-zero is an empty message.
+            msg: unsafe { std::mem::zeroed() },
+            since: Instant::now(),
+        });
+        self.post_send(&mut sn)?;
+        self.sending = Some(sn);
+        Ok(())
+    }
+
+    /// (Re)builds the iovecs of what is left of `sn` and posts one sendmsg.
+    fn post_send(&mut self, sn: &mut Sending) -> Result<(), String> {
+        sn.iov.clear();
+        let mut skip = sn.done;
+        for p in &sn.out.parts {
+            let bytes: &[u8] = match p {
+                Part::Owned(v) => v,
+                Part::Data(i, n) => match &self.core.slots[*i].buf {
+                    Some(b) => &b.as_slice()[..*n],
+                    None => &[],
+                },
+            };
+            if skip >= bytes.len() {
+                skip -= bytes.len();
+                continue;
+            }
+            sn.iov.push(libc::iovec {
+                iov_base: bytes[skip..].as_ptr() as *mut libc::c_void,
+                iov_len: bytes.len() - skip,
+            });
+            skip = 0;
+        }
+        sn.msg.msg_iov = sn.iov.as_mut_ptr();
+        sn.msg.msg_iovlen = sn.iov.len() as _;
+        // SAFETY: the message, its iovec array and the bytes they name (the `Out`'s own parts,
+        // and the buffer of a slot in `Answer`, which is not released or reused until this
+        // send completes) live in `self.sending`/`self.core` until the completion is taken in
+        // `sent`; teardown (`Conn`'s drop) waits for the send first, and if it cannot, keeps
+        // the message and the iovecs for good and the slots' buffers with the ring (`Core`).
+        unsafe { self.core.ring.sendmsg(self.s.as_raw_fd(), &sn.msg, UD_SEND) }
+            .map_err(|e| format!("cannot send: {e}"))
+    }
+
+    /// Posts the rest of a send; if that fails, the connection ends (nothing is in flight for
+    /// it then, so nothing is left waiting for the send timeout).
+    fn resend(&mut self, mut sn: Box<Sending>) {
+        match self.post_send(&mut sn) {
+            Ok(()) => self.sending = Some(sn),
+            Err(why) => {
+                self.closing.get_or_insert(why);
+                if let Some(i) = sn.out.slot {
+                    self.core.release(i);
+                }
+            }
+        }
+    }
+
+    fn sent(&mut self, d: Done) {
+        let Some(mut sn) = self.sending.take() else {
+            return;
+        };
+        if d.result < 0 {
+            let e = -d.result;
+            if e == libc::EINTR || e == libc::EAGAIN {
+                return self.resend(sn);
+            }
+            self.closing
+                .get_or_insert(format!("send failed: {}", io::Error::from_raw_os_error(e)));
+            if let Some(i) = sn.out.slot {
+                self.core.release(i);
+            }
+            return;
+        }
+        sn.done += d.result as usize;
+        let total: usize = sn
+            .out
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Owned(v) => v.len(),
+                Part::Data(_, n) => *n,
+            })
+            .sum();
+        if sn.done < total {
+            // Progress: the send timeout is for a client that reads nothing, not a slow one.
+            sn.since = Instant::now();
+            return self.resend(sn);
+        }
+        if let Some(i) = sn.out.slot {
+            debug_assert_eq!(self.core.slots[i].stage, Stage::Answer);
+            self.core.release(i);
+        }
+        if sn.out.then_close {
+            // The stream ends here: what was queued behind it is not sent.
+            for o in self.out.drain(..) {
+                if let Some(i) = o.slot {
+                    self.core.release(i);
+                }
+            }
+            if sn.out.slot.is_some() {
+                self.closing
+                    .get_or_insert("a hostile act ended the stream (truncated response)".into());
+                Stats::inc(&self.core.t.stats.hostile_resets);
+            }
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Ends the socket's own ring operations, so that the drain does not wait for a
+        // receive that would never come.
+        let _ = self.s.shutdown(std::net::Shutdown::Both);
+        let _ = self.s.flush();
+        for d in self.core.drain() {
+            match d.user_data & UD_KIND {
+                UD_RECV => self.recv_posted = false,
+                UD_SEND => self.sending = None,
+                _ => {}
+            }
+        }
+        // A receive or send still in flight (the drain gave up: the ring is stuck) may still
+        // use the staging buffer or the send's iovecs: kept for good rather than freed. The
+        // slots' buffers the send names stay with the ring (`Core`'s drop).
+        if self.recv_posted {
+            std::mem::forget(std::mem::take(&mut self.staging));
+        }
+        if let Some(sn) = self.sending.take() {
+            std::mem::forget(sn);
+        }
+    }
 }

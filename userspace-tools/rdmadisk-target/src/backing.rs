@@ -1,0 +1,388 @@
+//! Where an export's blocks live: the [`Backing`] trait, and its implementation for a file or
+//! a block device, opened exclusively and (by default) with O_DIRECT.
+//!
+//! The trait is the seam for other stores (a distributed one, say): a backing starts an
+//! operation and its completion arrives on the connection's ring like any other. An fd-based
+//! backing hands its operations to io_uring; another store would complete into the ring itself.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Seek, SeekFrom};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rdmadisk_proto::wire::SECTOR_SIZE;
+
+use crate::ring::Ring;
+
+/// One operation on a backing store. Offsets and lengths are in bytes and aligned to the
+/// backing's [`Geometry::block_size`] (the target refuses anything else).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoOp {
+    Read {
+        off: u64,
+        len: u32,
+    },
+    /// `fua`: durable before the completion.
+    Write {
+        off: u64,
+        len: u32,
+        fua: bool,
+    },
+    /// Makes every completed write durable.
+    Flush,
+    /// Deallocates a range; it reads back as zeroes.
+    PunchHole {
+        off: u64,
+        len: u64,
+    },
+    /// Zeroes a range.
+    ZeroRange {
+        off: u64,
+        len: u64,
+    },
+}
+
+/// What a backing store looks like from outside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Usable bytes: a whole number of blocks.
+    pub capacity: u64,
+    /// The smallest unit of I/O, and its alignment: the device's logical block size, raised to
+    /// what O_DIRECT needs. Clients are told this as the logical block size.
+    pub block_size: u32,
+    pub physical_block_size: u32,
+}
+
+pub trait Backing: Send + Sync {
+    /// For logs: what it is and where.
+    fn describe(&self) -> String;
+
+    fn geometry(&self) -> Geometry;
+
+    /// Starts `op`; its completion arrives on `ring` with `user_data` and the operation's
+    /// result (bytes moved, 0, or `-errno`). `buf` is the data of a Read or Write (at least
+    /// `len` bytes), unused by the others.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Ring::read`]: `buf` stays allocated and untouched until the completion.
+    unsafe fn start(
+        &self,
+        ring: &mut Ring,
+        op: IoOp,
+        buf: *mut u8,
+        user_data: u64,
+    ) -> io::Result<()>;
+
+    /// What to try when `op` failed with `errno` for want of support (a discard where the
+    /// store can only zero, say); `None`: it fails.
+    fn fallback(&self, op: IoOp, errno: i32) -> Option<IoOp> {
+        let unsupported = matches!(errno, libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL);
+        match op {
+            IoOp::PunchHole { off, len } if unsupported => Some(IoOp::ZeroRange { off, len }),
+            _ => None,
+        }
+    }
+
+    /// Makes every completed write durable, synchronously (at shutdown).
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// A file or block device.
+pub struct FdBacking {
+    path: PathBuf,
+    file: File,
+    block_device: bool,
+    direct: bool,
+    geometry: Geometry,
+}
+
+/// A queue attribute of block device `rdev`, or of the disk a partition `rdev` is on.
+fn sysfs_block_size(rdev: u64, which: &str) -> Option<u32> {
+    let (maj, min) = (libc::major(rdev), libc::minor(rdev));
+    ["queue", "../queue"].iter().find_map(|q| {
+        let p = format!("/sys/dev/block/{maj}:{min}/{q}/{which}");
+        std::fs::read_to_string(p).ok()?.trim().parse().ok()
+    })
+}
+
+/// The O_DIRECT offset alignment the kernel reports for an open file (statx, Linux 6.1+),
+/// 0 if it does not say.
+fn dio_offset_align(f: &File) -> u32 {
+    // SAFETY: statx is plain data; zero is a valid value for every field.
+    let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open for the call, the empty path with AT_EMPTY_PATH names it, and
+    // `sx` is a valid out-pointer.
+    let r = unsafe {
+        libc::statx(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut sx,
+        )
+    };
+    if r != 0 || sx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return 0;
+    }
+    sx.stx_dio_offset_align
+}
+
+impl FdBacking {
+    /// Opens `path` for an export: read-write unless `read_only`, with O_DIRECT if `direct`
+    /// (an error where the filesystem refuses it: never a silent second path through the
+    /// page cache), and exclusively. A block device is opened O_EXCL, which fails while it is
+    /// mounted or held by another exclusive opener; a file is locked (flock), exclusively for
+    /// read-write and shared for read-only, so two targets cannot serve one image.
+    pub fn open(path: &Path, read_only: bool, direct: bool) -> io::Result<FdBacking> {
+        let meta = std::fs::metadata(path)?;
+        let block_device = meta.file_type().is_block_device();
+        if !block_device && !meta.file_type().is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file or a block device",
+            ));
+        }
+        let mut flags = 0;
+        if direct {
+            flags |= libc::O_DIRECT;
+        }
+        if block_device {
+            flags |= libc::O_EXCL;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(!read_only)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) if direct => io::Error::new(
+                    e.kind(),
+                    format!("{e}: this filesystem refuses O_DIRECT (set direct = false to serve it through the page cache)"),
+                ),
+                Some(libc::EBUSY) => io::Error::new(
+                    e.kind(),
+                    format!("{e}: the device is mounted or held exclusively by another program"),
+                ),
+                _ => e,
+            })?;
+        if !block_device {
+            let op = if read_only {
+                libc::LOCK_SH
+            } else {
+                libc::LOCK_EX
+            };
+            // SAFETY: flock on an fd we own, with plain flags.
+            if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{e}: the image is locked by another program (another target?)"),
+                ));
+            }
+        }
+        // What was opened, not what the path named a moment before.
+        let meta = file.metadata()?;
+        let ft = meta.file_type();
+        if ft.is_block_device() != block_device || !(block_device || ft.is_file()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the path changed while it was being opened",
+            ));
+        }
+        let size = if block_device {
+            file.seek(SeekFrom::End(0))?
+        } else {
+            meta.len()
+        };
+        let (lbs, pbs) = if block_device {
+            let l = sysfs_block_size(meta.rdev(), "logical_block_size").unwrap_or(SECTOR_SIZE);
+            let p = sysfs_block_size(meta.rdev(), "physical_block_size").unwrap_or(l);
+            (l, p.max(l))
+        } else {
+            (SECTOR_SIZE, 4096)
+        };
+        let align = match direct {
+            false => 0,
+            // A kernel that does not report it (before 6.1): the logical block size of the
+            // device the file lives on, the alignment O_DIRECT asks of most filesystems.
+            true => match dio_offset_align(&file) {
+                0 if !block_device => {
+                    sysfs_block_size(meta.dev(), "logical_block_size").unwrap_or(SECTOR_SIZE)
+                }
+                a => a,
+            },
+        };
+        let block_size = lbs.max(align).max(SECTOR_SIZE);
+        if !block_size.is_power_of_two() || block_size > 4096 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a block size of {block_size} bytes is not supported (512 to 4096)"),
+            ));
+        }
+        let capacity = size / u64::from(block_size) * u64::from(block_size);
+        Ok(FdBacking {
+            path: path.to_path_buf(),
+            file,
+            block_device,
+            direct,
+            geometry: Geometry {
+                capacity,
+                block_size,
+                physical_block_size: pbs.max(block_size),
+            },
+        })
+    }
+
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl Backing for FdBacking {
+    fn describe(&self) -> String {
+        format!(
+            "{} {}{}",
+            if self.block_device {
+                "block device"
+            } else {
+                "file"
+            },
+            self.path.display(),
+            if self.direct { " (O_DIRECT)" } else { "" }
+        )
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    unsafe fn start(
+        &self,
+        ring: &mut Ring,
+        op: IoOp,
+        buf: *mut u8,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        match op {
+            // SAFETY: forwarded to the caller.
+            IoOp::Read { off, len } => unsafe { ring.read(self.fd(), buf, len, off, user_data) },
+            IoOp::Write { off, len, fua } => {
+                // SAFETY: forwarded to the caller.
+                unsafe { ring.write(self.fd(), buf, len, off, fua, user_data) }
+            }
+            IoOp::Flush => ring.fdatasync(self.fd(), user_data),
+            IoOp::PunchHole { off, len } => ring.fallocate(
+                self.fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | keep,
+                off,
+                len,
+                user_data,
+            ),
+            IoOp::ZeroRange { off, len } => ring.fallocate(
+                self.fd(),
+                libc::FALLOC_FL_ZERO_RANGE | keep,
+                off,
+                len,
+                user_data,
+            ),
+        }
+    }
+
+    fn fallback(&self, op: IoOp, errno: i32) -> Option<IoOp> {
+        let unsupported = matches!(errno, libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL);
+        match op {
+            IoOp::PunchHole { off, len } if unsupported => Some(IoOp::ZeroRange { off, len }),
+            // tmpfs and others punch holes but cannot zero a range: a hole reads as zeroes.
+            IoOp::ZeroRange { off, len } if unsupported && !self.block_device => {
+                Some(IoOp::PunchHole { off, len })
+            }
+            _ => None,
+        }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn ring_op(b: &FdBacking, op: IoOp, buf: &mut [u8]) -> i32 {
+        let mut r = Ring::new(4).unwrap();
+        // SAFETY: `buf` outlives the drain below, which waits for the completion.
+        unsafe { b.start(&mut r, op, buf.as_mut_ptr(), 1) }.unwrap();
+        let mut out = Vec::new();
+        assert!(r.drain(Duration::from_secs(5), &mut out));
+        out[0].result
+    }
+
+    #[test]
+    fn a_file_through_the_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("e.img");
+        std::fs::write(&p, vec![0x11u8; 1 << 20]).unwrap();
+        // tempfile's filesystem may refuse O_DIRECT; the buffered path is the same code.
+        let b = FdBacking::open(&p, false, true).or_else(|_| FdBacking::open(&p, false, false));
+        let b = b.unwrap();
+        assert_eq!(b.geometry().capacity, 1 << 20);
+        let mut w = rdmadisk_net::buf::AlignedBuf::new(8192);
+        w.fill(0x5a);
+        let fua = IoOp::Write {
+            off: 4096,
+            len: 8192,
+            fua: true,
+        };
+        assert_eq!(ring_op(&b, fua, &mut w), 8192);
+        let mut r = rdmadisk_net::buf::AlignedBuf::new(8192);
+        assert_eq!(
+            ring_op(
+                &b,
+                IoOp::Read {
+                    off: 4096,
+                    len: 8192
+                },
+                &mut r
+            ),
+            8192
+        );
+        assert!(r.iter().all(|&x| x == 0x5a));
+        assert_eq!(ring_op(&b, IoOp::Flush, &mut []), 0);
+        let hole = ring_op(
+            &b,
+            IoOp::PunchHole {
+                off: 4096,
+                len: 4096,
+            },
+            &mut [],
+        );
+        let zero = ring_op(
+            &b,
+            IoOp::ZeroRange {
+                off: 8192,
+                len: 4096,
+            },
+            &mut [],
+        );
+        assert!(
+            hole == 0
+                || b.fallback(IoOp::PunchHole { off: 0, len: 1 }, -hole)
+                    .is_some()
+        );
+        assert!(
+            zero == 0
+                || b.fallback(IoOp::ZeroRange { off: 0, len: 1 }, -zero)
+                    .is_some()
+        );
+        // Exclusive: a second open of the image fails while this one holds it.
+        let e = FdBacking::open(&p, false, false).err().unwrap();
+        assert!(e.to_string().contains("locked"), "{e}");
+        drop(b);
+        assert!(FdBacking::open(&p, true, false).is_ok());
+    }
+}

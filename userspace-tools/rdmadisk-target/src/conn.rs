@@ -1,0 +1,673 @@
+//! The requests of one connection, whatever its transport: many in flight at once, each in a
+//! slot of its own, moved along by completions (docs/design.md, "The target").
+//!
+//! A slot is a request credit: a connection has exactly `credits` of them, so it can never
+//! hold more requests than it granted credits for. A request goes
+//!
+//! ```text
+//!   Free -> (admission) -> [WaitBuf ->] [Fetch (write data) ->] Io (backing) -> Answer -> Free
+//! ```
+//!
+//! and the transport takes it from there: it brings a write's data into the slot's buffer
+//! (`Fetch`), and sends the response (`Answer`), after which it calls [`Core::release`].
+//! Backing I/O goes through the connection's [`Ring`]; a request holds its fence [`Ticket`]
+//! from the check to the completion of its I/O, so that a newer connection set's first
+//! request waits for it (fencing rule).
+
+use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdmadisk_proto::crc32c::crc32c;
+use rdmadisk_proto::wire::{Opcode, Request, Status, SECTOR_SHIFT};
+
+use crate::backing::IoOp;
+use crate::engine::Target;
+use crate::export::{Export, Hold};
+use crate::fence_table::{ConnFence, Ticket};
+use crate::pool::{Buf, Pool};
+use crate::ring::{Done, Ring};
+use crate::stats::Stats;
+
+/// Kinds of ring operations, in the top byte of `user_data`; the rest is an index.
+pub const UD_IO: u64 = 1 << 56;
+pub const UD_CQ: u64 = 2 << 56;
+pub const UD_RECV: u64 = 3 << 56;
+pub const UD_SEND: u64 = 4 << 56;
+pub const UD_KIND: u64 = 0xff << 56;
+
+/// Where a slot's request is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Free,
+    /// Waiting for a data buffer.
+    WaitBuf,
+    /// The transport is bringing the write data in.
+    Fetch,
+    /// Backing I/O in flight.
+    Io,
+    /// Done; the transport sends the response, then releases the slot.
+    Answer,
+    /// Never to be answered (`--stall-sector`); the slot stays taken.
+    Stalled,
+}
+
+pub struct Slot {
+    pub req: Request,
+    pub buf: Option<Buf>,
+    pub stage: Stage,
+    op: Option<IoOp>,
+    /// The backing already fell back once for this request (a discard turned zeroing, say):
+    /// no second fallback, so two unsupported operations cannot take turns for ever.
+    fell_back: bool,
+    ticket: Option<Ticket>,
+    pub status: Status,
+    /// CRC32C of a read's data.
+    pub crc: u32,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            req: Request {
+                opcode: Opcode::Nop,
+                flags: 0,
+                credits: 0,
+                tag: 0,
+                sector: 0,
+                length: 0,
+                data_crc: 0,
+                buf: Default::default(),
+            },
+            buf: None,
+            stage: Stage::Free,
+            op: None,
+            fell_back: false,
+            ticket: None,
+            status: Status::Ok,
+            crc: 0,
+        }
+    }
+
+    /// Bytes of data the response carries (a successful read's).
+    pub fn out_len(&self) -> usize {
+        if self.req.opcode == Opcode::Read && self.status == Status::Ok {
+            self.req.length as usize
+        } else {
+            0
+        }
+    }
+}
+
+/// One connection's requests.
+pub struct Core {
+    pub t: Arc<Target>,
+    pub export: Arc<Export>,
+    pub fence: ConnFence,
+    pub ring: Ring,
+    pub pool: Arc<Pool>,
+    pub slots: Vec<Slot>,
+    /// Slots waiting for a buffer, oldest first.
+    waiting: VecDeque<usize>,
+    /// Slots whose write data the transport must bring in.
+    pub to_fetch: VecDeque<usize>,
+    /// Slots whose response the transport must send.
+    pub to_answer: VecDeque<usize>,
+    /// The waiting slots found no buffer last time (counted once per wait).
+    starved: bool,
+    /// The connection may modify the export (`Attached::writes`).
+    writes: bool,
+    /// Keeps an exclusive export held (until the last write of this connection is over,
+    /// reaper included).
+    hold: Option<Hold>,
+    /// When teardown stops waiting for the ring (set by the first [`Core::drain`]).
+    drain_until: Option<Instant>,
+}
+
+/// How long teardown waits for a connection's ring operations before leaving them to the
+/// reaper.
+const DRAIN: Duration = Duration::from_secs(5);
+
+impl Core {
+    pub fn new(
+        t: Arc<Target>,
+        export: Arc<Export>,
+        fence: ConnFence,
+        hold: Option<Hold>,
+        writes: bool,
+        pool: Arc<Pool>,
+        slots: usize,
+    ) -> std::io::Result<Core> {
+        // A request needs at most one backing operation at a time; TCP adds its socket's.
+        let ring = Ring::new(slots as u32 + 8)?;
+        Ok(Core {
+            t,
+            export,
+            fence,
+            ring,
+            pool,
+            slots: (0..slots).map(|_| Slot::new()).collect(),
+            waiting: VecDeque::new(),
+            to_fetch: VecDeque::new(),
+            to_answer: VecDeque::new(),
+            starved: false,
+            writes,
+            hold,
+            drain_until: None,
+        })
+    }
+
+    /// Holds the export for a connection that has just authenticated (see
+    /// `Export::may_hold`); false if another host took it meanwhile (counted).
+    pub fn confirm_hold(&mut self) -> bool {
+        if self.hold.is_some() {
+            return true;
+        }
+        self.hold = self.export.hold(self.fence.ip, self.writes);
+        if self.hold.is_none() {
+            Stats::inc(&self.t.stats.exclusive_refusals);
+        }
+        self.hold.is_some()
+    }
+
+    /// A free slot, if any.
+    pub fn free_slot(&self) -> Option<usize> {
+        self.slots.iter().position(|s| s.stage == Stage::Free)
+    }
+
+    /// Requests taken and not yet released (stalled ones included).
+    pub fn busy(&self) -> usize {
+        self.slots.iter().filter(|s| s.stage != Stage::Free).count()
+    }
+
+    /// Requests in the hands of this side (not counting ones that will never be answered).
+    pub fn working(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| !matches!(s.stage, Stage::Free | Stage::Stalled))
+            .count()
+    }
+
+    /// A request arrived in slot `i` (free). `data`: a write's data, already received (TCP);
+    /// otherwise the slot gets a buffer and the transport fetches it.
+    pub fn start(&mut self, i: usize, req: Request, data: Option<Buf>) {
+        let s = &mut self.slots[i];
+        debug_assert_eq!(s.stage, Stage::Free);
+        s.req = req;
+        s.buf = data;
+        s.op = None;
+        s.fell_back = false;
+        s.crc = 0;
+        s.status = Status::Ok;
+        if let Err(st) = self.t.admit(&self.export, &req, !self.writes) {
+            // Still checked: any request of a newer set moves the fence.
+            let st = match self.enter(false) {
+                Some(_) => st,
+                None => Status::Fenced,
+            };
+            return self.answer(i, st);
+        }
+        if self.t.stalls(&req) {
+            self.slots[i].stage = Stage::Stalled;
+            return;
+        }
+        let (off, len) = (req.sector << SECTOR_SHIFT, req.length);
+        match req.opcode {
+            Opcode::Read | Opcode::Write if self.slots[i].buf.is_none() => {
+                self.slots[i].stage = Stage::WaitBuf;
+                self.waiting.push_back(i);
+                self.serve_waiting();
+            }
+            Opcode::Write => self.data_in(i),
+            Opcode::Read => unreachable!("a read comes without data"),
+            Opcode::Flush => self.io(i, IoOp::Flush),
+            Opcode::Discard => self.io(
+                i,
+                IoOp::PunchHole {
+                    off,
+                    len: u64::from(len),
+                },
+            ),
+            Opcode::WriteZeroes => self.io(
+                i,
+                IoOp::ZeroRange {
+                    off,
+                    len: u64::from(len),
+                },
+            ),
+            Opcode::Nop => {
+                let st = match self.enter(false) {
+                    Some(_) => Status::Ok,
+                    None => Status::Fenced,
+                };
+                self.answer(i, st);
+            }
+        }
+    }
+
+    /// Gives buffers to the slots waiting for one, in order, as far as they go.
+    fn serve_waiting(&mut self) {
+        while let Some(&i) = self.waiting.front() {
+            let b = match self.pool.get() {
+                Ok(Some(b)) => b,
+                Ok(None) => {
+                    if !self.starved {
+                        self.starved = true;
+                        Stats::inc(&self.t.stats.buffer_waits);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    log::error!("cannot make a data buffer: {e}");
+                    self.waiting.pop_front();
+                    self.answer(i, Status::IoError);
+                    continue;
+                }
+            };
+            self.waiting.pop_front();
+            self.starved = false;
+            let s = &mut self.slots[i];
+            s.buf = Some(b);
+            let req = s.req;
+            match req.opcode {
+                Opcode::Write => {
+                    s.stage = Stage::Fetch;
+                    self.to_fetch.push_back(i);
+                }
+                _ => self.io(
+                    i,
+                    IoOp::Read {
+                        off: req.sector << SECTOR_SHIFT,
+                        len: req.length,
+                    },
+                ),
+            }
+        }
+    }
+
+    /// Slot `i`'s write data is in its buffer.
+    pub fn data_in(&mut self, i: usize) {
+        let s = &self.slots[i];
+        let n = s.req.length as usize;
+        let ok = s
+            .buf
+            .as_ref()
+            .is_some_and(|b| self.t.write_crc_ok(&s.req, &b.as_slice()[..n]));
+        if !ok {
+            return self.answer(i, Status::CrcMismatch);
+        }
+        let req = s.req;
+        self.io(
+            i,
+            IoOp::Write {
+                off: req.sector << SECTOR_SHIFT,
+                len: req.length,
+                fua: req.flags & rdmadisk_proto::wire::req_flags::FUA != 0,
+            },
+        );
+    }
+
+    /// Checks the fence for a request (see [`ConnFence::begin`]), counting and logging a move
+    /// or a refusal. `None`: a modifying request of a superseded set, not to be applied.
+    fn enter(&mut self, modifies: bool) -> Option<Ticket> {
+        match self.fence.begin(modifies) {
+            Ok(t) => {
+                if t.moved {
+                    Stats::inc(&self.t.stats.fence_moves);
+                    log::info!(
+                        "fence for {} {} moved to session {} epoch {}",
+                        self.fence.ip,
+                        self.fence.export,
+                        self.fence.session,
+                        self.fence.epoch
+                    );
+                }
+                Some(t)
+            }
+            Err(_) => {
+                Stats::inc(&self.t.stats.fenced_requests);
+                if self.fence.first_fenced() {
+                    let (fs, fe) = self.fence.current().unwrap_or((0, 0));
+                    log::warn!(
+                        "{} {}: session {} epoch {} is superseded (fence at session {fs} epoch {fe}); its writes are answered Fenced",
+                        self.fence.ip, self.fence.export, self.fence.session, self.fence.epoch
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Starts `op` for slot `i` under the fence.
+    fn io(&mut self, i: usize, op: IoOp) {
+        let modifies = self.slots[i].req.opcode.modifies();
+        let Some(ticket) = self.enter(modifies) else {
+            return self.answer(i, Status::Fenced);
+        };
+        self.slots[i].ticket = Some(ticket);
+        self.start_op(i, op);
+    }
+
+    fn start_op(&mut self, i: usize, op: IoOp) {
+        let s = &mut self.slots[i];
+        s.op = Some(op);
+        s.stage = Stage::Io;
+        let ptr = s
+            .buf
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |b| b.as_mut_slice().as_mut_ptr());
+        // SAFETY: the buffer belongs to slot `i`, which stays in `Io` (nothing reads, writes or
+        // frees the buffer) until this operation's completion comes back through `complete`;
+        // teardown drains the ring first, and leaks the buffer if that fails (`Drop`).
+        let r = unsafe {
+            self.export
+                .backing
+                .start(&mut self.ring, op, ptr, UD_IO | i as u64)
+        };
+        if let Err(e) = r {
+            log::error!("export {}: cannot start {op:?}: {e}", self.export.name);
+            let s = &mut self.slots[i];
+            s.op = None;
+            s.ticket = None;
+            self.answer(i, Status::IoError);
+        }
+    }
+
+    /// A ring completion of a backing operation.
+    pub fn complete(&mut self, d: Done) {
+        let i = (d.user_data & !UD_KIND) as usize;
+        let Some(s) = self.slots.get_mut(i) else {
+            return;
+        };
+        let Some(op) = s.op.take() else {
+            return;
+        };
+        let res = d.result;
+        if res < 0 && !s.fell_back {
+            if let Some(next) = self.export.backing.fallback(op, -res) {
+                s.fell_back = true;
+                return self.start_op(i, next);
+            }
+        }
+        let e = &self.export;
+        let st = &self.t.stats;
+        let errno = if res < 0 { -res } else { libc::EIO };
+        let status = match op {
+            IoOp::Read { len, .. } if res == len as i32 => {
+                let data = &mut s.buf.as_mut().expect("a read has a buffer").as_mut_slice()
+                    [..len as usize];
+                s.crc = crc32c(data);
+                self.t.maybe_corrupt_read(data);
+                Stats::add(&st.bytes_read, u64::from(len));
+                Status::Ok
+            }
+            IoOp::Write { len, fua, .. } if res == len as i32 => {
+                Stats::add(&st.bytes_written, u64::from(len));
+                if fua && e.error().is_some() {
+                    Status::IoError
+                } else {
+                    Status::Ok
+                }
+            }
+            IoOp::Flush if res == 0 => {
+                if let Some(err) = e.error() {
+                    log::error!(
+                        "export {}: flush answered failed: a write or flush failed before ({})",
+                        e.name,
+                        std::io::Error::from_raw_os_error(err)
+                    );
+                    Status::IoError
+                } else {
+                    Status::Ok
+                }
+            }
+            IoOp::PunchHole { .. } | IoOp::ZeroRange { .. } if res == 0 => Status::Ok,
+            IoOp::PunchHole { .. } | IoOp::ZeroRange { .. }
+                if matches!(errno, libc::EOPNOTSUPP | libc::ENOSYS) =>
+            {
+                Status::Unsupported
+            }
+            _ => {
+                Stats::inc(&st.io_errors);
+                let err = if res < 0 {
+                    std::io::Error::from_raw_os_error(errno).to_string()
+                } else {
+                    format!("short transfer ({res} bytes)")
+                };
+                log::error!("export {}: {op:?} failed: {err}", e.name);
+                if let Some(errno) = sticky(op, res) {
+                    e.record_error(errno);
+                }
+                Status::IoError
+            }
+        };
+        // The I/O is over: the fence may move past it.
+        s.ticket = None;
+        self.answer(i, status);
+    }
+
+    fn answer(&mut self, i: usize, status: Status) {
+        let s = &mut self.slots[i];
+        s.status = status;
+        s.stage = Stage::Answer;
+        self.to_answer.push_back(i);
+    }
+
+    /// The transport is done with slot `i` (its response sent): the slot is free again.
+    pub fn release(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        if let Some(b) = s.buf.take() {
+            self.pool.put(b);
+        }
+        s.ticket = None;
+        s.stage = Stage::Free;
+        self.serve_waiting();
+    }
+
+    /// Waiting slots may find a buffer another connection gave back.
+    pub fn poll_waiting(&mut self) {
+        if !self.waiting.is_empty() {
+            self.serve_waiting();
+        }
+    }
+
+    /// Takes ring completions (waiting up to `timeout` for one) and applies those of backing
+    /// operations; returns the others (the transport's) in `other`.
+    pub fn turn(
+        &mut self,
+        timeout: Option<Duration>,
+        other: &mut Vec<Done>,
+    ) -> std::io::Result<()> {
+        let mut done = Vec::new();
+        self.ring.wait(timeout, &mut done)?;
+        for d in done {
+            if d.user_data & UD_KIND == UD_IO {
+                self.complete(d);
+            } else {
+                other.push(d);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Core {
+    /// Waits for the ring's operations, until the teardown bound (one bound for the whole
+    /// teardown, however often this is called), and applies the backing completions that
+    /// come: their slots are no longer in flight. Returns the transport's completions.
+    pub fn drain(&mut self) -> Vec<Done> {
+        let until = *self
+            .drain_until
+            .get_or_insert_with(|| Instant::now() + DRAIN);
+        let mut out = Vec::new();
+        self.ring
+            .drain(until.saturating_duration_since(Instant::now()), &mut out);
+        let mut other = Vec::new();
+        for d in out {
+            if d.user_data & UD_KIND != UD_IO {
+                other.push(d);
+                continue;
+            }
+            let i = (d.user_data & !UD_KIND) as usize;
+            if let Some(s) = self.slots.get_mut(i) {
+                if let Some(op) = s.op.take() {
+                    if let Some(errno) = sticky(op, d.result) {
+                        self.export.record_error(errno);
+                    }
+                }
+                s.ticket = None;
+                s.stage = Stage::Answer;
+            }
+        }
+        other
+    }
+}
+
+/// The errno a failed operation leaves on its export for every later Flush and FUA write
+/// (docs/design.md, "The target"): writes and flushes only; a failed read or discard loses
+/// no data.
+fn sticky(op: IoOp, res: i32) -> Option<i32> {
+    let failed = match op {
+        IoOp::Write { len, .. } => res != len as i32,
+        IoOp::Flush | IoOp::ZeroRange { .. } => res < 0,
+        IoOp::Read { .. } | IoOp::PunchHole { .. } => false,
+    };
+    failed.then_some(if res < 0 { -res } else { libc::EIO })
+}
+
+impl Drop for Core {
+    /// No buffer may go while the kernel may still use it, no fence ticket while its write
+    /// may still land, and no exclusive hold before this connection's last write: every
+    /// operation in flight is waited for (within [`DRAIN`]). What is left after that (a store
+    /// that hangs) goes to a thread of its own that keeps waiting, with no limit, and gives
+    /// each ticket back as its operation completes and every buffer (a response being sent
+    /// names one, on TCP) once the ring is idle; this connection's thread ends meanwhile.
+    fn drop(&mut self) {
+        let _ = self.drain();
+        if self.ring.inflight() == 0 {
+            for s in &mut self.slots {
+                if let Some(b) = s.buf.take() {
+                    self.pool.put(b);
+                }
+            }
+            return;
+        }
+        log::warn!(
+            "export {}: {} operations still in flight after the connection ended: waiting for them apart",
+            self.export.name,
+            self.ring.inflight()
+        );
+        let mut left = Left {
+            ring: None,
+            tickets: Vec::new(),
+            bufs: Vec::new(),
+            _hold: self.hold.take(),
+            export: self.export.clone(),
+        };
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            left.bufs.extend(s.buf.take());
+            if let (Some(op), Some(t)) = (s.op.take(), s.ticket.take()) {
+                left.tickets.push((i, op, t));
+            }
+        }
+        // The ring moves to the reaper (a ring with operations in flight may be moved: the
+        // kernel knows it by its fd, not by its address).
+        match Ring::new(8) {
+            Ok(r) => left.ring = Some(std::mem::replace(&mut self.ring, r)),
+            Err(e) => {
+                log::error!("cannot wait for stuck I/O apart ({e}): keeping its memory for good");
+                std::mem::forget(left);
+                return;
+            }
+        }
+        // If the thread cannot start, the closure is dropped unrun: `ManuallyDrop` keeps
+        // what it holds (leaked) rather than free what the kernel may still use.
+        let left = ManuallyDrop::new(left);
+        let spawned = std::thread::Builder::new()
+            .name("reaper".into())
+            .spawn(move || reap(ManuallyDrop::into_inner(left)));
+        if let Err(e) = spawned {
+            log::error!(
+                "cannot start a thread to wait for stuck I/O ({e}): keeping its memory for good"
+            );
+        }
+    }
+}
+
+/// What a connection leaves behind with operations still in flight.
+struct Left {
+    ring: Option<Ring>,
+    /// Fence tickets of backing operations in flight: (slot, operation, ticket).
+    tickets: Vec<(usize, IoOp, Ticket)>,
+    bufs: Vec<Buf>,
+    /// Dropped with the rest, once the ring is idle.
+    _hold: Option<Hold>,
+    export: Arc<Export>,
+}
+
+/// Waits for the operations of a finished connection that were still in flight: each
+/// ticket goes as its operation completes (recording a write's failure on the export), the
+/// buffers and the hold once the ring is idle.
+fn reap(mut left: Left) {
+    let Some(mut ring) = left.ring.take() else {
+        return;
+    };
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    while ring.inflight() > 0 {
+        out.clear();
+        if ring.wait(Some(Duration::from_secs(1)), &mut out).is_err() {
+            log::error!(
+                "export {}: stuck I/O can no longer be waited for: keeping its memory for good",
+                left.export.name
+            );
+            std::mem::forget(left);
+            std::mem::forget(ring);
+            return;
+        }
+        for d in &out {
+            if d.user_data & UD_KIND != UD_IO {
+                continue;
+            }
+            let i = (d.user_data & !UD_KIND) as usize;
+            if let Some(k) = left.tickets.iter().position(|(j, _, _)| *j == i) {
+                let (_, op, ticket) = left.tickets.swap_remove(k);
+                if let Some(errno) = sticky(op, d.result) {
+                    left.export.record_error(errno);
+                }
+                drop(ticket);
+            }
+        }
+    }
+    log::info!(
+        "export {}: the last stuck operations completed after {} s",
+        left.export.name,
+        t0.elapsed().as_secs()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_writes_and_flushes_stick_and_nothing_else_does() {
+        let w = IoOp::Write {
+            off: 0,
+            len: 4096,
+            fua: false,
+        };
+        assert_eq!(sticky(w, 4096), None);
+        assert_eq!(sticky(w, -libc::EIO), Some(libc::EIO));
+        assert_eq!(sticky(w, 512), Some(libc::EIO), "a short write");
+        assert_eq!(sticky(IoOp::Flush, 0), None);
+        assert_eq!(sticky(IoOp::Flush, -libc::ENOSPC), Some(libc::ENOSPC));
+        assert_eq!(
+            sticky(IoOp::ZeroRange { off: 0, len: 8 }, -libc::EIO),
+            Some(libc::EIO)
+        );
+        assert_eq!(sticky(IoOp::Read { off: 0, len: 8 }, -libc::EIO), None);
+        assert_eq!(sticky(IoOp::PunchHole { off: 0, len: 8 }, -libc::EIO), None);
+    }
+}

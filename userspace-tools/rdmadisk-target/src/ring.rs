@@ -1,0 +1,286 @@
+//! One connection's io_uring: the backing I/O of its requests, and (TCP) its socket I/O, all
+//! completing in one place, so that a connection thread can have many requests in flight and
+//! wait for whichever finishes first.
+//!
+//! Every operation names memory the kernel reads or writes until the operation completes. The
+//! submitting functions are therefore `unsafe`, with one contract: the memory stays allocated
+//! and untouched by the program until the completion carrying the operation's `user_data` has
+//! been taken from [`Ring::wait`]. The connection code keeps it by construction (a request's
+//! buffer belongs to its slot, which does nothing else until its completion arrives), and
+//! [`Ring::drain`] waits for every operation before the memory may go.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+/// A completion: the `user_data` given at submission and the result (bytes, or `-errno`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Done {
+    pub user_data: u64,
+    pub result: i32,
+}
+
+pub struct Ring {
+    ring: IoUring,
+    /// Operations submitted and not yet completed.
+    inflight: usize,
+}
+
+impl Ring {
+    /// A ring for about `depth` operations in flight.
+    pub fn new(depth: u32) -> io::Result<Ring> {
+        let entries = depth.clamp(8, 4096).next_power_of_two();
+        Ok(Ring {
+            ring: IoUring::builder()
+                .setup_cqsize(entries * 2)
+                .build(entries)?,
+            inflight: 0,
+        })
+    }
+
+    pub fn inflight(&self) -> usize {
+        self.inflight
+    }
+
+    /// Queues one entry, making room by submitting what is queued if the ring is full.
+    ///
+    /// # Safety
+    ///
+    /// Whatever memory `e` names must stay allocated, and must not be accessed by the program,
+    /// until its completion has been returned by [`Ring::wait`].
+    unsafe fn push(&mut self, e: squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: the caller's contract covers the memory `e` names.
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                self.inflight += 1;
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+    }
+
+    /// Reads `len` bytes at `off` of `fd` into `buf`.
+    ///
+    /// # Safety
+    ///
+    /// See [`Ring::push`]: `buf` is valid for `len` bytes until the completion.
+    pub unsafe fn read(
+        &mut self,
+        fd: RawFd,
+        buf: *mut u8,
+        len: u32,
+        off: u64,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let e = opcode::Read::new(types::Fd(fd), buf, len)
+            .offset(off)
+            .build()
+            .user_data(user_data);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.push(e) }
+    }
+
+    /// Writes `len` bytes of `buf` at `off` of `fd`; `dsync` makes the data durable before the
+    /// completion (RWF_DSYNC: the FUA of a write).
+    ///
+    /// # Safety
+    ///
+    /// See [`Ring::push`].
+    pub unsafe fn write(
+        &mut self,
+        fd: RawFd,
+        buf: *const u8,
+        len: u32,
+        off: u64,
+        dsync: bool,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let e = opcode::Write::new(types::Fd(fd), buf, len)
+            .offset(off)
+            .rw_flags(if dsync { libc::RWF_DSYNC } else { 0 })
+            .build()
+            .user_data(user_data);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.push(e) }
+    }
+
+    /// fdatasync(2) of `fd`.
+    pub fn fdatasync(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let e = opcode::Fsync::new(types::Fd(fd))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(user_data);
+        // SAFETY: names no memory.
+        unsafe { self.push(e) }
+    }
+
+    /// fallocate(2) of `fd` with `mode` over `len` bytes at `off`.
+    pub fn fallocate(
+        &mut self,
+        fd: RawFd,
+        mode: i32,
+        off: u64,
+        len: u64,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let e = opcode::Fallocate::new(types::Fd(fd), len)
+            .offset(off)
+            .mode(mode)
+            .build()
+            .user_data(user_data);
+        // SAFETY: names no memory.
+        unsafe { self.push(e) }
+    }
+
+    /// Cancels the operation submitted with `user_data` (its completion then says
+    /// `-ECANCELED`); the cancel completes too, with `user_data` 0.
+    pub fn cancel(&mut self, user_data: u64) -> io::Result<()> {
+        let e = opcode::AsyncCancel::new(user_data).build().user_data(0);
+        // SAFETY: names no memory.
+        unsafe { self.push(e) }
+    }
+
+    /// Completes once `fd` is readable (one shot).
+    pub fn poll_in(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .build()
+            .user_data(user_data);
+        // SAFETY: names no memory.
+        unsafe { self.push(e) }
+    }
+
+    /// recv(2) of up to `len` bytes into `buf`.
+    ///
+    /// # Safety
+    ///
+    /// See [`Ring::push`].
+    pub unsafe fn recv(
+        &mut self,
+        fd: RawFd,
+        buf: *mut u8,
+        len: u32,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let e = opcode::Recv::new(types::Fd(fd), buf, len)
+            .build()
+            .user_data(user_data);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.push(e) }
+    }
+
+    /// writev(2) of `n` iovecs at `iov` to the socket `fd` (sends; no signal on a closed peer).
+    ///
+    /// # Safety
+    ///
+    /// See [`Ring::push`]: the iovec array and every buffer it names.
+    pub unsafe fn sendmsg(
+        &mut self,
+        fd: RawFd,
+        msg: *const libc::msghdr,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let e = opcode::SendMsg::new(types::Fd(fd), msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(user_data);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.push(e) }
+    }
+
+    /// Submits what is queued and returns the completions that are there after waiting up to
+    /// `timeout` for at least one (none: returns at once).
+    pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Done>) -> io::Result<()> {
+        let want = usize::from(timeout.is_some() && self.ring.completion().is_empty());
+        let r = match timeout {
+            Some(t) if want > 0 => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            _ => self.ring.submit(),
+        };
+        match r {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+            Err(e) => return Err(e),
+        }
+        for c in self.ring.completion() {
+            self.inflight = self.inflight.saturating_sub(1);
+            out.push(Done {
+                user_data: c.user_data(),
+                result: c.result(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits until every operation has completed, or `limit` has passed; returns the
+    /// completions. True if none is left in flight (only then may the memory of the
+    /// operations go).
+    pub fn drain(&mut self, limit: Duration, out: &mut Vec<Done>) -> bool {
+        let end = Instant::now() + limit;
+        while self.inflight > 0 {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if self
+                .wait(Some(left.min(Duration::from_millis(100))), out)
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn file_io_completes_with_its_user_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        f.set_len(8192).unwrap();
+        let mut r = Ring::new(8).unwrap();
+        let data = vec![0x5au8; 4096];
+        let mut back = vec![0u8; 4096];
+        // SAFETY: `data` lives and is untouched until the completion is taken below.
+        unsafe { r.write(f.as_raw_fd(), data.as_ptr(), 4096, 4096, true, 7) }.unwrap();
+        let mut out = Vec::new();
+        while out.is_empty() {
+            r.wait(Some(Duration::from_secs(5)), &mut out).unwrap();
+        }
+        assert_eq!(
+            out,
+            [Done {
+                user_data: 7,
+                result: 4096
+            }]
+        );
+        r.fdatasync(f.as_raw_fd(), 8).unwrap();
+        // SAFETY: `back` lives and is untouched until the drain below.
+        unsafe { r.read(f.as_raw_fd(), back.as_mut_ptr(), 4096, 4096, 9) }.unwrap();
+        out.clear();
+        assert!(r.drain(Duration::from_secs(5), &mut out));
+        out.sort_by_key(|d| d.user_data);
+        assert_eq!(out.iter().map(|d| d.user_data).collect::<Vec<_>>(), [8, 9]);
+        assert_eq!(out[1].result, 4096);
+        assert_eq!(back, data);
+        assert_eq!(r.inflight(), 0);
+    }
+}
