@@ -143,6 +143,14 @@ fn read_only_export_and_unknown_export() {
         Err(ConnectError::Refused(HelloStatus::NoSuchExport)) => {}
         other => panic!("expected NoSuchExport, got {:?}", other.map(|_| ())),
     }
+    let unknown = ConnectOptions {
+        flags: 0x8000,
+        ..ConnectOptions::new("rw")
+    };
+    match TcpClient::connect(t.addr, &unknown) {
+        Err(ConnectError::Refused(HelloStatus::Invalid)) => {}
+        other => panic!("expected Invalid, got {:?}", other.map(|_| ())),
+    }
 }
 
 #[test]
@@ -184,7 +192,7 @@ fn allow_list_refuses_other_addresses() {
     let t = Target::start(&["--allow", "127.0.0.2"]);
     let opts = |ip: &str| ConnectOptions {
         bind: Some(ip.parse::<IpAddr>().unwrap()),
-        ..ConnectOptions::new("rw")
+        ..common::client("rw")
     };
     match TcpClient::connect(t.addr, &opts("127.0.0.3")) {
         Err(ConnectError::Refused(HelloStatus::NotAllowed)) => {}

@@ -114,8 +114,9 @@ impl Target {
         self.connect_to("rw")
     }
 
+    /// A client session's connection (session 1): a probe (session 0) may not write.
     pub fn connect_to(&self, export: &str) -> TcpClient {
-        self.connect_with(&ConnectOptions::new(export))
+        self.connect_with(&client(export))
     }
 
     /// The status a Hello with `opts` is refused with (panics if it is accepted).
@@ -125,6 +126,16 @@ impl Target {
             Ok(_) => panic!("hello accepted: {opts:?}"),
             Err(e) => panic!("connect failed: {e}"),
         }
+    }
+
+    /// The backing file of export `rw` (16 MiB) or `ro` (1 MiB).
+    pub fn export_path(&self, name: &str) -> PathBuf {
+        self._dir.path().join(format!("{name}.img"))
+    }
+
+    /// The target's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn counter(&self, name: &str) -> u64 {
@@ -217,4 +228,12 @@ pub fn simple(c: &mut TcpClient, op: Opcode, tag: u32, sector: u64, len: u32) ->
     let (resp, _) = c.call(&req, &[], &mut [0u8; 16]).unwrap();
     assert_eq!(resp.tag, tag);
     resp.status
+}
+
+/// Connection options of a client session (session 1, epoch 0) for `export`.
+pub fn client(export: &str) -> ConnectOptions {
+    ConnectOptions {
+        session_id: 1,
+        ..ConnectOptions::new(export)
+    }
 }
