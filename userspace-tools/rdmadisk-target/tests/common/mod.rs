@@ -7,7 +7,8 @@ use std::mem;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use rdmadisk_net::client::{ConnectError, ConnectOptions, TcpClient};
@@ -24,13 +25,15 @@ pub struct Target {
     lines: mpsc::Receiver<String>,
     /// Every line seen so far.
     seen: Vec<String>,
+    /// Set: the stdout reader stops after its next line, closing the pipe.
+    close_out: Arc<AtomicBool>,
     _dir: tempfile::TempDir,
 }
 
-fn forward(out: impl Read + Send + 'static, tx: mpsc::Sender<String>) {
+fn forward(out: impl Read + Send + 'static, tx: mpsc::Sender<String>, stop: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
+            if tx.send(line).is_err() || stop.load(Ordering::SeqCst) {
                 break;
             }
         }
@@ -67,14 +70,20 @@ impl Target {
             .spawn()
             .unwrap();
         let (tx, rx) = mpsc::channel();
-        forward(child.stdout.take().unwrap(), tx.clone());
-        forward(child.stderr.take().unwrap(), tx);
+        let close_out = Arc::new(AtomicBool::new(false));
+        forward(child.stdout.take().unwrap(), tx.clone(), close_out.clone());
+        forward(
+            child.stderr.take().unwrap(),
+            tx,
+            Arc::new(AtomicBool::new(false)),
+        );
         let mut t = Target {
             child,
             addr: "0.0.0.0:0".parse().unwrap(),
             stats,
             lines: rx,
             seen: Vec::new(),
+            close_out,
             _dir: dir,
         };
         let line = t.wait_line("rdmadisk-target: tcp listening on ");
@@ -133,6 +142,14 @@ impl Target {
         self._dir.path().join(format!("{name}.img"))
     }
 
+    /// Closes the target's stdout (the reader goes after the next line, which SIGUSR1's
+    /// counters provide): later writes there fail with EPIPE.
+    pub fn close_stdout(&mut self) {
+        self.close_out.store(true, Ordering::SeqCst);
+        signal(&self.child, "USR1");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
     /// The target's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -163,9 +180,13 @@ impl Target {
 }
 
 pub fn signal(child: &Child, sig: &str) {
+    signal_pid(child.id(), sig);
+}
+
+pub fn signal_pid(pid: u32, sig: &str) {
     let ok = Command::new("kill")
         .arg(format!("-{sig}"))
-        .arg(child.id().to_string())
+        .arg(pid.to_string())
         .status()
         .unwrap();
     assert!(ok.success());
