@@ -693,12 +693,7 @@ impl Conn {
             self.broken.get_or_insert(crate::tcp::TAKEN.into());
             return;
         }
-        if let Err(e) = self
-            .id
-            .post_recv(wr_id(K_RECV, r), &self.recv_mr, r * SLOT, SLOT)
-        {
-            self.broken
-                .get_or_insert(format!("cannot repost a receive: {e}"));
+        if !self.repost(r) {
             return;
         }
         let Some(k) = self.spare_free.pop() else {
@@ -782,18 +777,29 @@ impl Conn {
         }
     }
 
+    /// Posts receive `r` again (a credit the next response grants back); false, with the
+    /// connection broken, if that fails.
+    fn repost(&mut self, r: usize) -> bool {
+        match self
+            .id
+            .post_recv(wr_id(K_RECV, r), &self.recv_mr, r * SLOT, SLOT)
+        {
+            Ok(()) => true,
+            Err(e) => {
+                self.broken
+                    .get_or_insert(format!("cannot repost a receive: {e}"));
+                false
+            }
+        }
+    }
+
     /// Posts the response of slot `j` (after the RDMA Write of its read data), reposting the
     /// receive its request came in on first: the response grants that receive back as a
     /// credit.
     fn respond(&mut self, j: usize) {
         let t = self.core.t.clone();
         if let Some(r) = self.recv_of[j].take() {
-            if let Err(e) = self
-                .id
-                .post_recv(wr_id(K_RECV, r), &self.recv_mr, r * SLOT, SLOT)
-            {
-                self.broken
-                    .get_or_insert(format!("cannot repost a receive: {e}"));
+            if !self.repost(r) {
                 return;
             }
         }
