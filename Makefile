@@ -14,6 +14,9 @@
 SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/rdmadisk
 export RDMADISK_CACHE := $(CACHE)
+# Cargo's build directory lives in the cache too, so a fresh clone does not rebuild every
+# crate (cargo locks it: two builds at once wait for each other).
+export CARGO_TARGET_DIR ?= $(CACHE)/cargo-target
 KMAKEFLAGS := RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc BINDGEN=$(CACHE)/bin/bindgen
 CARGO_DIR := userspace-tools
 

@@ -9,7 +9,7 @@
 
 # shellcheck shell=bash disable=SC2317 # "return || exit": sourced by run.sh
 UT=$TB_REPO/userspace-tools
-BIN=$UT/target/release
+BIN=$CARGO_TARGET_DIR/release
 T=$BIN/rdmadisk-target
 C=$BIN/rdmadisk-testclient
 S=$TB_STORAGE_ADDR

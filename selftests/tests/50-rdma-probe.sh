@@ -4,7 +4,7 @@
 # unreachable targets fail within the probe's 10 s budget, and the module unloads cleanly.
 
 UT=$TB_REPO/userspace-tools
-T=$UT/target/release/rdmadisk-target
+T=$CARGO_TARGET_DIR/release/rdmadisk-target
 S=$TB_STORAGE_ADDR
 ko=$TB_REPO/rdmadisk.ko
 probe=/sys/class/rdmadisk/ctl/probe

@@ -13,6 +13,9 @@
 #   tb_qp1_ok, tb_qp1_heal  check / re-create rxe0 where soft-RoCE's QP1 is stuck in error
 
 TB_REPO=${TB_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+# Where cargo builds the userspace tools: the cache, as the Makefile has it (the VMs see the
+# host's files, so they run the binaries from there).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${RDMADISK_CACHE:-$HOME/.cache/rdmadisk}/cargo-target}
 TB_COMPUTE_ADDR=192.0.2.1
 TB_STORAGE_ADDR=192.0.2.2
 TB_CMD_TIMEOUT=${TB_CMD_TIMEOUT:-900}

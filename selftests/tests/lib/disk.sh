@@ -13,7 +13,7 @@
 
 DK_ID=${TB_TEST:-disk}
 DK_UT=$TB_REPO/userspace-tools
-DK_TARGET=$DK_UT/target/release/rdmadisk-target
+DK_TARGET=$CARGO_TARGET_DIR/release/rdmadisk-target
 DK_KO=$TB_REPO/rdmadisk.ko
 DK_CTL=/sys/class/rdmadisk/ctl
 DK_S=$TB_STORAGE_ADDR

@@ -53,7 +53,10 @@ if [ -z "$san" ]; then
 fi
 
 cd "$here" || exit 1
-flags=(-O -a -s "$san")
+# Built in the tool cache, so that a fresh clone does not rebuild the fuzzers' dependencies
+# (a directory of its own: these builds use other flags than the workspace's).
+unset CARGO_TARGET_DIR
+flags=(-O -a -s "$san" --target-dir "$cache/fuzz-target")
 
 echo "building fuzz targets (sanitizer: $san)"
 if ! cargo fuzz build "${flags[@]}"; then
