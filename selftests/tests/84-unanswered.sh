@@ -30,7 +30,7 @@ if res $? "[stuck] target (--stall-sector $STALL); insmod; map: /dev/${DK_DEV:-?
   dev=$DK_DEV
   tr_set "$dev" io_timeout_ms=3000 loss_timeout_s=8 keepalive_ms=1000 >/dev/null
   res $? "[stuck] io_timeout_ms=3000 loss_timeout_s=8 keepalive_ms=1000"
-  dk_fio_bg other "--name=other --filename=/dev/$dev --rw=randrw --bs=4k --offset=8M --size=4M --iodepth=4 --verify=crc32c --do_verify=1 --time_based --runtime=40"
+  dk_fio_bg other "--name=other --filename=/dev/$dev --rw=randrw --bs=4k --offset=8M --size=4M --iodepth=4 --verify=crc32c --do_verify=1 --time_based --runtime=25"
   out=$(dk_timed stuck 90 "t0=\$(date +%s%N); dd if=/dev/$dev of=/dev/null bs=4k count=1 skip=$((STALL / 8)) iflag=direct 2>&1; echo dd=\$? ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))")
   printf '%s\n' "$out" | indent
   ms=$(sed -n 's/.*dd=[1-9][0-9]* ms=\([0-9]*\)/\1/p' <<<"$out")
@@ -57,9 +57,9 @@ if res $? "[credits] target (--grant-no-credits --credits 8); insmod; map: /dev/
   tr_set "$dev" keepalive_ms=0 io_timeout_ms=3000 >/dev/null
   res $? "[credits] keepalive_ms=0 io_timeout_ms=3000"
   tr_dmesg_mark
-  dk_fio_bg nocred "--name=nocred --filename=/dev/$dev --rw=randwrite --bs=64k --size=1M --iodepth=4 --verify=crc32c --do_verify=1"
+  dk_fio_bg nocred "--name=nocred --filename=/dev/$dev --rw=randwrite --bs=64k --size=512k --iodepth=4 --verify=crc32c --do_verify=1"
   dk_fio_wait nocred 180 >/dev/null
-  res $? "[credits] verified fio (16 writes, 16 reads) finished: $FIO_SUM"
+  res $? "[credits] verified fio (8 writes, 8 reads) finished: $FIO_SUM"
   n=$(tr_kmsg_since | grep -c 'the target grants no credits')
   ie=$(tr_stat "$dev" io_errors)
   n_gt "$n" 0 && n_eq "$ie" 0

@@ -282,7 +282,7 @@ setsid bash -c 'i=0; while :; do dd if=/dev/urandom of=/dev/$dev bs=1M count=8 s
   # time. The buffered dd runs in 8 MiB rounds until one fails, so it still has dirty data to
   # write back when the target dies however slow the link was until then (a single 48 MiB dd
   # once finished first at 1.2 MB/s).
-  tr_wait busy "$dev" 60 any ios 50 >/dev/null
+  tr_wait busy "$dev" 60 any ios 20 >/dev/null
   res $? "[$tag] buffered dd and direct fio under way ($TR_WAIT)"
   [ ! -e "$b.dd.rc" ]
   res $? "[$tag] no buffered dd round has failed before the target dies"
