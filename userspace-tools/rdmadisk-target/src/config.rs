@@ -32,7 +32,7 @@ EXAMPLES:
   rdmadisk-target --config /etc/rdmadisk/target.toml --stats-file /run/rdmadisk-target.stats
 
 TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], allow_any,
-max_io_bytes, queue_depth, credits, direct, buffer_memory, max_connections,
+max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, max_connections,
 max_connections_per_host, hello_timeout_s, idle_timeout_s, send_timeout_s,
 shutdown_timeout_s, stats_file, log_level, corrupt_read_every, fail_write_crc_every,
 hostile = [..], hostile_every, and [[export]] tables with name, path, read_only, allow = [..],
@@ -97,6 +97,10 @@ pub struct Args {
     /// Bytes of data buffers all connections together may hold. Default 256 MiB.
     #[arg(long)]
     pub buffer_memory: Option<u64>,
+    /// Bytes of RDMA Reads and Writes one connection may have on the wire at once (one
+    /// request always goes, however large). Default 256 KiB.
+    #[arg(long)]
+    pub rdma_window: Option<u32>,
     /// Connections at once. Default 256.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -193,6 +197,7 @@ pub struct FileConf {
     pub credits: Option<u16>,
     pub direct: Option<bool>,
     pub buffer_memory: Option<u64>,
+    pub rdma_window: Option<u32>,
     pub max_connections: Option<usize>,
     pub max_connections_per_host: Option<usize>,
     pub hello_timeout_s: Option<u64>,
@@ -235,6 +240,7 @@ pub struct Config {
     pub credits: u16,
     pub direct: bool,
     pub buffer_memory: u64,
+    pub rdma_window: u32,
     pub max_connections: usize,
     pub max_connections_per_host: usize,
     pub hello_timeout: Duration,
@@ -436,6 +442,12 @@ impl Config {
                     .unwrap_or(256 << 20),
                 u64::from(max_io_bytes),
                 1 << 40,
+            )?,
+            rdma_window: range(
+                "rdma_window",
+                args.rdma_window.or(file.rdma_window).unwrap_or(256 << 10),
+                4096,
+                64 << 20,
             )?,
             max_connections: range(
                 "max_connections",

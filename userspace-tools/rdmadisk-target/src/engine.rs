@@ -29,6 +29,11 @@ pub struct Limits {
     /// Requests a connection may have in flight = receives posted (RDMA) = request credits
     /// granted at attach.
     pub credits: u16,
+    /// Bytes of RDMA Reads and Writes a connection may have posted and not completed. The
+    /// hardware bounds only the number of Reads; a burst of every credit's data at once
+    /// overflows a switch's (or soft-RoCE's) buffers, and RC retransmits go-back-N, so a
+    /// loss costs the whole burst again (see userspace-tools/README.md).
+    pub rdma_window: usize,
     /// Connections at once, per listener and per client host.
     pub max_connections: usize,
     pub max_connections_per_host: usize,

@@ -174,6 +174,7 @@ fn run(cfg: Config) -> Result<(), String> {
         max_connections_per_host: cfg.max_connections_per_host,
         hello_timeout: cfg.hello_timeout,
         idle_timeout: cfg.idle_timeout,
+        rdma_window: cfg.rdma_window as usize,
         send_timeout: cfg.send_timeout,
         shutdown_timeout: cfg.shutdown_timeout,
         corrupt_read_every: cfg.corrupt_read_every,

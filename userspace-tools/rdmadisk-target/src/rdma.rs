@@ -34,8 +34,14 @@ use crate::pool::{Budget, Pool};
 use crate::stats::Stats;
 
 const TICK: Duration = Duration::from_millis(100);
-/// Local ACK timeout exponent of every connection: 4.096 us * 2^20, about 4.3 s.
-const ACK_TIMEOUT_EXP: u8 = 20;
+/// Local ACK timeout exponent of every connection: 4.096 us * 2^18, about 1.1 s without any
+/// progress (a response packet or an ACK restarts it): well above a round trip under TCG, short
+/// enough that a lost packet at the end of a transfer costs little.
+const ACK_TIMEOUT_EXP: u8 = 18;
+/// Largest RDMA Read a write's data is pulled with. A read whose responses show a gap waits
+/// for the ACK timeout before it asks again for the rest, while a later read's response
+/// exposes the gap at once; and every retry of a read resends its whole rest.
+const READ_CHUNK: usize = 64 << 10;
 /// Bytes per receive/send slot (a Request is 48 bytes, a Response 32).
 const SLOT: usize = 64;
 /// Send buffers beyond one per request slot, for hostile extra messages.
@@ -275,8 +281,10 @@ fn setup(
     let credits = usize::from(t.limits.credits);
     let slots = 2 * credits;
     let send_bufs = slots + SPARE;
-    // Per slot at most an RDMA Read, or an RDMA Write, a Send and a late write; extras.
-    let send_wr = (slots * 3 + SPARE) as u32;
+    // Per slot at most an RDMA Write, a Send and a late write, or the last part of its RDMA
+    // Reads; the whole reads of a window; extras.
+    let window = t.limits.rdma_window.max(t.limits.max_io_bytes as usize);
+    let send_wr = (slots * 3 + SPARE + window.div_ceil(READ_CHUNK)) as u32;
     let recv_wr = credits as u32;
     let fail = |id: CmId, why: String| {
         log::error!("rdma: cannot set up a connection for {peer}: {why}");
@@ -294,7 +302,7 @@ fn setup(
         return fail(
             id,
             format!(
-                "credits={credits} needs {send_wr} send work requests and {} CQ entries; the device allows {} and {}: lower --credits",
+                "credits={credits} needs {send_wr} send work requests and {} CQ entries; the device allows {} and {}: lower --credits or --rdma-window",
                 send_wr + recv_wr + 16,
                 l.max_qp_wr,
                 l.max_cqe
@@ -378,6 +386,8 @@ fn setup(
         recv_of: vec![None; slots],
         backlog: VecDeque::new(),
         pending: vec![0; slots],
+        wire: 0,
+        wire_of: vec![0; slots],
         spare_free: (0..SPARE).collect(),
         resp_credits: CreditSender::new(hello.recv_credits),
         waiting_since: None,
@@ -418,6 +428,10 @@ struct Conn {
     backlog: VecDeque<(usize, rdmadisk_proto::wire::Request)>,
     /// Work requests of each slot still to complete before it is released.
     pending: Vec<u32>,
+    /// Bytes of RDMA Reads and Writes posted and not yet completed (`Limits::rdma_window`),
+    /// and each slot's share of them.
+    wire: usize,
+    wire_of: Vec<usize>,
     spare_free: Vec<usize>,
     resp_credits: CreditSender,
     /// Since when a response has waited for a response credit.
@@ -611,6 +625,7 @@ impl Conn {
         match kind {
             K_RECV => self.received(wc, i),
             K_READ => {
+                self.off_wire(i);
                 Stats::inc(&t.stats.rdma_reads);
                 Stats::add(
                     &t.stats.rdma_read_bytes,
@@ -618,7 +633,14 @@ impl Conn {
                 );
                 self.core.data_in(i);
             }
-            K_SEND | K_LATE => self.wr_done(i),
+            K_SEND | K_LATE => {
+                // The Send follows the slot's RDMA Write on the queue: its completion is the
+                // Write's too.
+                if kind == K_SEND {
+                    self.off_wire(i);
+                }
+                self.wr_done(i)
+            }
             K_EXTRA => {
                 self.spare_free.push(i);
                 if self.denied == Some(i) {
@@ -732,36 +754,66 @@ impl Conn {
         }
     }
 
-    /// Posts the RDMA Reads of the writes whose data is wanted.
+    /// Whether `n` more bytes of RDMA data may go on the wire now; one transfer always may,
+    /// and so may nothing.
+    fn wire_room(&self, n: usize) -> bool {
+        n == 0 || self.wire == 0 || self.wire + n <= self.core.t.limits.rdma_window
+    }
+
+    fn on_wire(&mut self, j: usize, n: usize) {
+        self.wire += n;
+        self.wire_of[j] = n;
+    }
+
+    fn off_wire(&mut self, j: usize) {
+        if let Some(n) = self.wire_of.get_mut(j) {
+            self.wire -= std::mem::take(n);
+        }
+    }
+
+    /// Posts the RDMA Reads of the writes whose data is wanted, as far as the window goes: each
+    /// in parts of `READ_CHUNK`, only the last signaled (an RC queue completes in order).
     fn fetch(&mut self) {
-        while let Some(j) = self.core.to_fetch.pop_front() {
+        while let Some(&j) = self.core.to_fetch.front() {
+            let n = self.core.slots[j].req.length as usize;
+            if !self.wire_room(n) {
+                return;
+            }
+            self.core.to_fetch.pop_front();
             let s = &self.core.slots[j];
             let Some(mr) = s.buf.as_ref().and_then(|b| b.mr()) else {
                 self.broken
                     .get_or_insert("a write's buffer is not registered".into());
                 return;
             };
-            let wr = SendWr {
-                wr_id: wr_id(K_READ, j),
-                op: SendOp::RdmaRead {
-                    remote_addr: s.req.buf.addr,
-                    rkey: s.req.buf.rkey,
-                },
-                local: Some((mr, 0, s.req.length as usize)),
-                signaled: true,
-            };
-            if let Err(e) = self.id.post_send(&[wr]) {
+            let wrs: Vec<SendWr> = (0..n.div_ceil(READ_CHUNK).max(1))
+                .map(|k| {
+                    let off = k * READ_CHUNK;
+                    let last = off + READ_CHUNK >= n;
+                    SendWr {
+                        wr_id: if last { wr_id(K_READ, j) } else { 0 },
+                        op: SendOp::RdmaRead {
+                            remote_addr: s.req.buf.addr + off as u64,
+                            rkey: s.req.buf.rkey,
+                        },
+                        local: Some((mr, off, (n - off).min(READ_CHUNK))),
+                        signaled: last,
+                    }
+                })
+                .collect();
+            if let Err(e) = self.id.post_send(&wrs) {
                 self.broken
                     .get_or_insert(format!("cannot post an RDMA Read: {e}"));
                 return;
             }
+            self.on_wire(j, n);
         }
     }
 
     /// Sends the responses that are ready, as far as response credits go.
     fn answer(&mut self) {
         while let Some(&j) = self.core.to_answer.front() {
-            if self.gone() {
+            if self.gone() || !self.wire_room(self.core.slots[j].out_len()) {
                 return;
             }
             if !self.resp_credits.try_consume() {
@@ -903,6 +955,7 @@ impl Conn {
             return;
         }
         self.pending[j] = 1 + u32::from(late);
+        self.on_wire(j, n);
         if n > 0 {
             Stats::inc(&t.stats.rdma_writes);
             Stats::add(&t.stats.rdma_write_bytes, n as u64);
