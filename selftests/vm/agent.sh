@@ -26,6 +26,12 @@ ip link set lo up
 ip addr add "$addr" dev "$nic"
 ip link set "$nic" up
 rdma link add rxe0 type rxe netdev "$nic" || { echo "rdma link add failed" > "$dir/$role.failed"; }
+# One loopback TCP connection now, while nothing else runs: the first TCP connect and accept
+# of a boot seed their hash secrets once (net_get_random_once), then patch that code's static
+# key. Under TCG a CPU running the patched code meanwhile can take the patch's int3 as an Oops
+# (seen: a panic in secure_tcp_seq_and_ts_off on the disk's first TCP reconnect).
+python3 -c 'import socket as s; l = s.create_server(("127.0.0.1", 0)); c = s.create_connection(l.getsockname()); l.accept()' ||
+  echo "agent $role: the loopback TCP warm-up failed"
 echo "$nic" > "$dir/$role.nic"
 echo "agent $role: $nic $addr, rdma: $(rdma link show 2>&1 | tr '\n' ' ')"
 # The kernel log, streamed to the shared directory as it is written, so that it can be read

@@ -129,7 +129,7 @@ fn connection_flood_is_capped_and_memory_stays_bounded() {
     }
     let opened = flood.len();
     // Over the cap: refused on accept (a Busy answer, then closed).
-    let busy = t.refusal(&ConnectOptions::new("rw"));
+    let busy = t.refusal_after_flood(&ConnectOptions::new("rw"));
     assert_eq!(busy, HelloStatus::Busy);
     let over = t.counter("connections_over_cap");
     let rss = peak_rss_kib(&t);

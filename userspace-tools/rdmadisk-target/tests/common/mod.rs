@@ -137,6 +137,20 @@ impl Target {
         }
     }
 
+    /// Like [`Target::refusal`], but a connection that fails before any answer (a listen
+    /// queue a flood has just filled, on a loaded machine) is tried again, for up to 10 s.
+    pub fn refusal_after_flood(&self, opts: &ConnectOptions) -> HelloStatus {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            match TcpClient::connect(self.addr, opts) {
+                Err(ConnectError::Refused(st)) => return st,
+                Ok(_) => panic!("hello accepted: {opts:?}"),
+                Err(e) if Instant::now() > until => panic!("connect failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
     /// The backing file of export `rw` (16 MiB) or `ro` (1 MiB).
     pub fn export_path(&self, name: &str) -> PathBuf {
         self._dir.path().join(format!("{name}.img"))
