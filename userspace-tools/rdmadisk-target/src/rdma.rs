@@ -34,10 +34,10 @@ use crate::pool::{Budget, Pool};
 use crate::stats::Stats;
 
 const TICK: Duration = Duration::from_millis(100);
-/// Local ACK timeout exponent of every connection: 4.096 us * 2^18, about 1.1 s without any
-/// progress (a response packet or an ACK restarts it): well above a round trip under TCG, short
-/// enough that a lost packet at the end of a transfer costs little.
-const ACK_TIMEOUT_EXP: u8 = 18;
+/// Local ACK timeout exponent of every connection: 4.096 us * 2^20, about 4.3 s without any
+/// progress (an ACK or a response packet restarts it). 1.1 s (2^18) measured worse on the test
+/// bed: 4 KiB random reads at depth 16 made 159-176 IOPS against 227-299.
+const ACK_TIMEOUT_EXP: u8 = 20;
 /// Largest RDMA Read a write's data is pulled with. A read whose responses show a gap waits
 /// for the ACK timeout before it asks again for the rest, while a later read's response
 /// exposes the gap at once; and every retry of a read resends its whole rest.
