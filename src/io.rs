@@ -44,11 +44,8 @@ pub(crate) fn opcode(rq: &DiskRq) -> Option<Opcode> {
 
 /// The protocol request for `rq` (of operation `op`) sent as `id` (its buffer left empty),
 /// with the CRC of its data for a write.
-pub(crate) fn request(info: &DiskInfo, rq: &DiskRq, op: Opcode, id: ReqId) -> Request {
-    let mut data_crc = if op == Opcode::Write { data_crc(rq) } else { 0 };
-    if op == Opcode::Write && info.faults.hit(Fault::CorruptWriteCrc) {
-        data_crc = !data_crc;
-    }
+pub(crate) fn request(rq: &DiskRq, op: Opcode, id: ReqId) -> Request {
+    let data_crc = if op == Opcode::Write { data_crc(rq) } else { 0 };
     Request {
         opcode: op,
         flags: if rq.is_fua() { req_flags::FUA } else { 0 },
@@ -58,6 +55,16 @@ pub(crate) fn request(info: &DiskInfo, rq: &DiskRq, op: Opcode, id: ReqId) -> Re
         length: rq.bytes(),
         data_crc,
         buf: RemoteBuf::default(),
+    }
+}
+
+/// Fault injection: flips the write CRC of `req`, which is about to be sent, if its turn has
+/// come. Drawn only here, where a request is committed to the wire: a request sent back to
+/// blk-mq to wait (no credit, a connection resetting) is encoded again, and a draw per
+/// encoding could line the every-Nth counter up with one request's every send.
+pub(crate) fn inject_write_crc(info: &DiskInfo, req: &mut Request) {
+    if req.opcode == Opcode::Write && info.faults.hit(Fault::CorruptWriteCrc) {
+        req.data_crc = !req.data_crc;
     }
 }
 

@@ -418,7 +418,7 @@ impl RdmaQueue {
         let slot = rq.tag() as u16;
         let len = rq.bytes();
         // The write's CRC is computed before the lock is taken; the id is known only under it.
-        let mut req = io::request(info, &rq, op, ReqId::default());
+        let mut req = io::request(&rq, op, ReqId::default());
         let mut guard = self.inner.lock();
         let g = &mut *guard;
         if self.is_failed() || g.conn.is_none() {
@@ -447,6 +447,7 @@ impl RdmaQueue {
             }
         };
         req.tag = id.tag();
+        io::inject_write_crc(info, &mut req);
         req.credits = g.recv_credits.take_grant();
         let Some(conn) = g.conn.as_mut() else {
             return Err((rq, BlkStatus::Resource));

@@ -406,7 +406,7 @@ impl TcpQueue {
             return Err((rq, BlkStatus::NotSupp));
         };
         let info = self.host.info();
-        let mut req = io::request(info, &rq, op, ReqId::default());
+        let mut req = io::request(&rq, op, ReqId::default());
         // The data travels inline, with no remote buffer; `buf.len` still states its length,
         // so that the target checks requests on both transports by the same rules.
         if op.has_data() {
@@ -437,6 +437,7 @@ impl TcpQueue {
             return Err((rq, BlkStatus::Resource));
         }
         req.tag = id.tag();
+        io::inject_write_crc(info, &mut req);
         g.slots[usize::from(slot)] = Slot::Queued(Io { rq, req });
         g.credits.try_consume();
         let hw = u64::from(g.credits.high_water());
