@@ -9,7 +9,18 @@ use std::fmt::Write as _;
 use std::string::String;
 
 /// Path of the committed header, relative to this crate.
-const HEADER_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../include/rdmadisk_wire.h");
+const HEADER_REL: &str = "../../include/rdmadisk_wire.h";
+
+/// The header in the checkout under test. The crate's directory is taken when the test runs
+/// (cargo sets it then too): a test binary that cargo reuses from a build in another checkout
+/// of the same sources (the shared build directory) must not read that checkout's header.
+fn header_path() -> std::path::PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    );
+    dir.join(HEADER_REL)
+}
 
 type Fields<'a> = &'a [(&'a str, usize, &'a str)];
 
@@ -307,14 +318,17 @@ fn snake_upper(camel: &str) -> String {
 #[test]
 fn c_header_matches_rust() {
     let want = render();
+    let path = header_path();
     if std::env::var_os("RDMADISK_BLESS").is_some() {
-        std::fs::write(HEADER_PATH, &want).expect("write header");
+        std::fs::write(&path, &want).expect("write header");
         return;
     }
-    let have = std::fs::read_to_string(HEADER_PATH).unwrap_or_default();
+    let have = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     assert!(
         have == want,
-        "{HEADER_PATH} is stale; regenerate with RDMADISK_BLESS=1 cargo test -p rdmadisk-proto"
+        "{} is stale; regenerate with RDMADISK_BLESS=1 cargo test -p rdmadisk-proto",
+        path.display()
     );
 }
 
