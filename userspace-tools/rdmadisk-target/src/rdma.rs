@@ -729,15 +729,7 @@ impl Conn {
                 .get_or_insert("no response credit to answer the authentication".into());
             return;
         }
-        let off = (self.recv_of.len() + k) * SLOT;
-        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(&t.auth_response(a, ok).to_bytes());
-        let send = SendWr {
-            wr_id: wr_id(K_EXTRA, k),
-            op: SendOp::Send,
-            local: Some((&self.send_mr, off, RESPONSE_LEN)),
-            signaled: true,
-        };
-        if let Err(e) = self.id.post_send(&[send]) {
+        if let Err(e) = self.send_spare(k, &t.auth_response(a, ok).to_bytes()) {
             self.broken
                 .get_or_insert(format!("cannot answer the authentication: {e}"));
             return;
@@ -982,19 +974,24 @@ impl Conn {
         let Some(k) = self.spare_free.pop() else {
             return;
         };
-        let off = (self.recv_of.len() + k) * SLOT;
-        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(msg);
-        let send = SendWr {
-            wr_id: wr_id(K_EXTRA, k),
-            op: SendOp::Send,
-            local: Some((&self.send_mr, off, RESPONSE_LEN)),
-            signaled: true,
-        };
-        if let Err(e) = self.id.post_send(&[send]) {
+        if let Err(e) = self.send_spare(k, msg) {
             self.spare_free.push(k);
             self.broken
                 .get_or_insert(format!("cannot post a hostile extra message: {e}"));
         }
+    }
+
+    /// Sends `msg` from spare send buffer `k` (taken, with its response credit, by the caller);
+    /// its completion (`K_EXTRA`) gives the buffer back.
+    fn send_spare(&mut self, k: usize, msg: &[u8; RESPONSE_LEN]) -> io::Result<()> {
+        let off = (self.recv_of.len() + k) * SLOT;
+        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(msg);
+        self.id.post_send(&[SendWr {
+            wr_id: wr_id(K_EXTRA, k),
+            op: SendOp::Send,
+            local: Some((&self.send_mr, off, RESPONSE_LEN)),
+            signaled: true,
+        }])
     }
 
     /// One of slot `j`'s last work requests completed.
