@@ -24,8 +24,10 @@ pub(crate) enum Fault {
     /// A response is held for `delay_ms` before it is processed.
     DelayResponse,
     /// A byte of a read's data is flipped before its CRC is checked (the read is retried).
+    /// Never on a request's last try (`io::may_corrupt`).
     CorruptRead,
-    /// A write goes out with a wrong data CRC (the target refuses it; it is retried).
+    /// A write goes out with a wrong data CRC (the target refuses it; it is retried). Never on
+    /// a request's last try.
     CorruptWriteCrc,
     /// Registering a request's pages fails (the request waits and is tried again).
     FailMrReg,

@@ -58,12 +58,21 @@ pub(crate) fn request(rq: &DiskRq, op: Opcode, id: ReqId) -> Request {
     }
 }
 
-/// Fault injection: flips the write CRC of `req`, which is about to be sent, if its turn has
-/// come. Drawn only here, where a request is committed to the wire: a request sent back to
-/// blk-mq to wait (no credit, a connection resetting) is encoded again, and a draw per
+/// Whether an injected data corruption may hit `rq` now: not on its last try. Injected
+/// corruption stands for a transient fault, which the retry must absorb; with a deterministic
+/// every-Nth switch and a steady queue, a reissued request can come round to the Nth place on
+/// every try, and the injection alone would then fail it (seen in a soak). A fault that
+/// persists is the target's to inject (its corrupt-read and fail-write-CRC switches).
+fn may_corrupt(rq: &DiskRq) -> bool {
+    rq.pdu().crc_retries.load(Ordering::Relaxed) < MAX_CRC_RETRIES
+}
+
+/// Fault injection: flips the write CRC of `req` (for `rq`), which is about to be sent, if its
+/// turn has come. Drawn only here, where a request is committed to the wire: a request sent
+/// back to blk-mq to wait (no credit, a connection resetting) is encoded again, and a draw per
 /// encoding could line the every-Nth counter up with one request's every send.
-pub(crate) fn inject_write_crc(info: &DiskInfo, req: &mut Request) {
-    if req.opcode == Opcode::Write && info.faults.hit(Fault::CorruptWriteCrc) {
+pub(crate) fn inject_write_crc(info: &DiskInfo, rq: &DiskRq, req: &mut Request) {
+    if req.opcode == Opcode::Write && may_corrupt(rq) && info.faults.hit(Fault::CorruptWriteCrc) {
         req.data_crc = !req.data_crc;
     }
 }
@@ -95,7 +104,7 @@ pub(crate) fn finish(
     }
     let status = match resp.status {
         Status::Ok if op == Opcode::Read => {
-            if info.faults.hit(Fault::CorruptRead) {
+            if may_corrupt(&rq) && info.faults.hit(Fault::CorruptRead) {
                 // A flipped bit on the way in: the read is retried and rewrites the pages.
                 let mut done = false;
                 rq.for_each_segment_mut(|seg| {

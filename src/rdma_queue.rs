@@ -447,7 +447,7 @@ impl RdmaQueue {
             }
         };
         req.tag = id.tag();
-        io::inject_write_crc(info, &mut req);
+        io::inject_write_crc(info, &rq, &mut req);
         req.credits = g.recv_credits.take_grant();
         let Some(conn) = g.conn.as_mut() else {
             return Err((rq, BlkStatus::Resource));

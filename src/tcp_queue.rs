@@ -437,7 +437,7 @@ impl TcpQueue {
             return Err((rq, BlkStatus::Resource));
         }
         req.tag = id.tag();
-        io::inject_write_crc(info, &mut req);
+        io::inject_write_crc(info, &rq, &mut req);
         g.slots[usize::from(slot)] = Slot::Queued(Io { rq, req });
         g.credits.try_consume();
         let hw = u64::from(g.credits.high_water());
