@@ -36,6 +36,7 @@
 
 /* Request flags (request.flags) */
 #define RDMADISK_REQ_FUA                         1
+#define RDMADISK_REQ_INLINE                      2
 
 /* Status (response.status) */
 #define RDMADISK_STATUS_OK                       0
@@ -126,7 +127,7 @@ _Static_assert(offsetof(struct rdmadisk_hello, export_name) == RDMADISK_HELLO_OF
 #define RDMADISK_HELLO_REPLY_OFF_FEATURES        36
 #define RDMADISK_HELLO_REPLY_OFF_MAX_DISCARD_SECTORS 40
 #define RDMADISK_HELLO_REPLY_OFF_CHALLENGE       44
-#define RDMADISK_HELLO_REPLY_OFF_RESERVED1       60
+#define RDMADISK_HELLO_REPLY_OFF_MAX_INLINE      60
 
 struct rdmadisk_hello_reply {
 	__le32 magic;
@@ -143,7 +144,7 @@ struct rdmadisk_hello_reply {
 	__le32 features;
 	__le32 max_discard_sectors;
 	__u8 challenge[16];
-	__u8 reserved1[4];
+	__le32 max_inline;
 };
 _Static_assert(sizeof(struct rdmadisk_hello_reply) == RDMADISK_HELLO_REPLY_LEN, "rdmadisk_hello_reply size");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, magic) == RDMADISK_HELLO_REPLY_OFF_MAGIC, "rdmadisk_hello_reply.magic");
@@ -160,7 +161,7 @@ _Static_assert(offsetof(struct rdmadisk_hello_reply, reserved0) == RDMADISK_HELL
 _Static_assert(offsetof(struct rdmadisk_hello_reply, features) == RDMADISK_HELLO_REPLY_OFF_FEATURES, "rdmadisk_hello_reply.features");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, max_discard_sectors) == RDMADISK_HELLO_REPLY_OFF_MAX_DISCARD_SECTORS, "rdmadisk_hello_reply.max_discard_sectors");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, challenge) == RDMADISK_HELLO_REPLY_OFF_CHALLENGE, "rdmadisk_hello_reply.challenge");
-_Static_assert(offsetof(struct rdmadisk_hello_reply, reserved1) == RDMADISK_HELLO_REPLY_OFF_RESERVED1, "rdmadisk_hello_reply.reserved1");
+_Static_assert(offsetof(struct rdmadisk_hello_reply, max_inline) == RDMADISK_HELLO_REPLY_OFF_MAX_INLINE, "rdmadisk_hello_reply.max_inline");
 
 #define RDMADISK_REQUEST_LEN                     48
 #define RDMADISK_REQUEST_OFF_OPCODE              0

@@ -47,6 +47,7 @@ fn main() {
         features: features::FLUSH | features::FUA | features::DISCARD | features::WRITE_ZEROES,
         max_discard_sectors: 2048,
         challenge: [0; rdmadisk_proto::wire::CHALLENGE_LEN],
+        max_inline: 4096,
     };
     write(&dir, "hello_reply", "ok", &reply.to_bytes());
     write(

@@ -127,6 +127,7 @@ pub(crate) fn render() -> String {
     );
     let _ = writeln!(o, "\n/* Request flags (request.flags) */");
     define(&mut o, "RDMADISK_REQ_FUA", req_flags::FUA);
+    define(&mut o, "RDMADISK_REQ_INLINE", req_flags::INLINE);
 
     let _ = writeln!(o, "\n/* Status (response.status) */");
     for s in [
@@ -211,7 +212,6 @@ pub(crate) fn render() -> String {
             ("export_name", h::EXPORT_NAME, &name_ty),
         ],
     );
-    let reserved1 = std::format!("__u8[{}]", wire::HELLO_REPLY_LEN - hr::RESERVED1);
     let challenge = std::format!("__u8[{}]", wire::CHALLENGE_LEN);
     message(
         &mut o,
@@ -233,7 +233,7 @@ pub(crate) fn render() -> String {
             ("features", hr::FEATURES, "__le32"),
             ("max_discard_sectors", hr::MAX_DISCARD_SECTORS, "__le32"),
             ("challenge", hr::CHALLENGE, &challenge),
-            ("reserved1", hr::RESERVED1, &reserved1),
+            ("max_inline", hr::MAX_INLINE, "__le32"),
         ],
     );
     let req_reserved = std::format!("__u8[{}]", wire::REQUEST_LEN - rq::RESERVED);

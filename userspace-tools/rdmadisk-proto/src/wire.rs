@@ -99,8 +99,9 @@ pub mod hello_reply_off {
     /// [`super::CHALLENGE_LEN`] bytes: the challenge of an export that requires
     /// authentication (zero otherwise).
     pub const CHALLENGE: usize = 44;
-    /// Reserved, zero, up to [`super::HELLO_REPLY_LEN`].
-    pub const RESERVED1: usize = 60;
+    /// `u32` largest write in bytes the client may send inline in its request
+    /// (RDMA only; 0: none).
+    pub const MAX_INLINE: usize = 60;
 }
 
 /// Field offsets of [`Request`].
@@ -181,8 +182,8 @@ const _: () = assert!(hello_off::EXPORT_NAME + EXPORT_NAME_MAX == HELLO_LEN);
 const _: () = assert!(HELLO_LEN <= 56);
 const _: () = assert!(hello_off::SESSION_ID + 4 == hello_off::EPOCH);
 const _: () = assert!(hello_off::EPOCH + 4 == hello_off::EXPORT_NAME);
-const _: () = assert!(hello_reply_off::RESERVED1 <= HELLO_REPLY_LEN);
-const _: () = assert!(hello_reply_off::CHALLENGE + CHALLENGE_LEN == hello_reply_off::RESERVED1);
+const _: () = assert!(hello_reply_off::CHALLENGE + CHALLENGE_LEN == hello_reply_off::MAX_INLINE);
+const _: () = assert!(hello_reply_off::MAX_INLINE + 4 == HELLO_REPLY_LEN);
 const _: () = assert!(auth_off::PROOF + 32 == auth_off::RESERVED);
 const _: () = assert!(auth_off::RESERVED <= REQUEST_LEN);
 const _: () = assert!(HELLO_REPLY_LEN <= 196);
@@ -225,8 +226,13 @@ pub mod hello_flags {
 pub mod req_flags {
     /// Force unit access: the write is durable before the response.
     pub const FUA: u8 = 1;
+    /// A write whose data follows the request in the same RDMA Send, at most
+    /// [`super::HelloReply::max_inline`] bytes: no buffer is registered and the
+    /// target pulls nothing (`buf` has no address and no rkey). Over TCP the
+    /// data always follows the request, so the flag changes nothing there.
+    pub const INLINE: u8 = 2;
     /// Every bit defined above.
-    pub const ALL: u8 = FUA;
+    pub const ALL: u8 = FUA | INLINE;
 }
 
 /// Why a buffer could not be decoded, or a value could not be built.
@@ -534,6 +540,10 @@ pub struct HelloReply {
     pub max_discard_sectors: u32,
     /// With [`features::AUTH`]: what the client's proof must answer.
     pub challenge: [u8; CHALLENGE_LEN],
+    /// Largest write the client may send inline ([`req_flags::INLINE`]); 0:
+    /// none. A target sizes its receives for it, so a larger inline write
+    /// breaks the connection.
+    pub max_inline: u32,
 }
 
 impl HelloReply {
@@ -551,6 +561,7 @@ impl HelloReply {
             features: 0,
             max_discard_sectors: 0,
             challenge: [0; CHALLENGE_LEN],
+            max_inline: 0,
         }
     }
 
@@ -571,6 +582,7 @@ impl HelloReply {
         put_u32::<{ hello_reply_off::FEATURES }, N>(out, self.features);
         put_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(out, self.max_discard_sectors);
         put::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(out, self.challenge);
+        put_u32::<{ hello_reply_off::MAX_INLINE }, N>(out, self.max_inline);
     }
 
     /// Returns the encoded message.
@@ -605,6 +617,7 @@ impl HelloReply {
             features: get_u32::<{ hello_reply_off::FEATURES }, N>(b),
             max_discard_sectors: get_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(b),
             challenge: get::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(b),
+            max_inline: get_u32::<{ hello_reply_off::MAX_INLINE }, N>(b),
         })
     }
 }
@@ -823,10 +836,17 @@ impl Request {
         })
     }
 
+    /// Whether the write's data follows the request in its message
+    /// ([`req_flags::INLINE`]).
+    pub fn is_inline(&self) -> bool {
+        self.flags & req_flags::INLINE != 0
+    }
+
     /// The target's admission check, run before any data moves.
     ///
     /// Checks, in this order (the first failure wins):
-    /// 1. unknown flag bits → `Invalid`;
+    /// 1. unknown flag bits, or [`req_flags::INLINE`] on anything but a `Write`
+    ///    or with a `buf` address or rkey → `Invalid`;
     /// 2. `Write`, `Discard`, `WriteZeroes` on a read-only export → `ReadOnly`;
     /// 3. `Flush`, `Nop`: `length` must be 0 → else `Invalid`; nothing more
     ///    is checked (their `sector` and `buf` are ignored);
@@ -844,6 +864,11 @@ impl Request {
         read_only: bool,
     ) -> Result<(), Status> {
         if self.flags & !req_flags::ALL != 0 {
+            return Err(Status::Invalid);
+        }
+        if self.is_inline()
+            && (self.opcode != Opcode::Write || self.buf.addr != 0 || self.buf.rkey != 0)
+        {
             return Err(Status::Invalid);
         }
         if read_only && self.opcode.modifies() {
@@ -1121,6 +1146,7 @@ mod tests {
             features: features::FLUSH | features::DISCARD,
             max_discard_sectors: 2048,
             challenge: *b"0123456789abcdef",
+            max_inline: 4096,
         }
     }
 
@@ -1233,7 +1259,7 @@ mod tests {
         assert_eq!(&b[36..40], &5u32.to_le_bytes());
         assert_eq!(&b[40..44], &2048u32.to_le_bytes());
         assert_eq!(&b[44..60], b"0123456789abcdef");
-        assert!(b[60..].iter().all(|&c| c == 0));
+        assert_eq!(&b[60..64], &4096u32.to_le_bytes());
         assert_eq!(HelloReply::decode(&b), Ok(reply()));
 
         assert_eq!(HelloReply::decode(&b[..63]), Err(DecodeError::Short));
@@ -1427,6 +1453,56 @@ mod tests {
         let mut d = request(Opcode::Discard, 0, 512);
         d.buf.len = 1;
         assert_eq!(d.validate(CAP, MAX_IO, false), Ok(()));
+        // An inline write names no remote buffer, only its length.
+        let mut i = request(Opcode::Write, 0, 4096);
+        i.flags = req_flags::INLINE | req_flags::FUA;
+        i.buf = RemoteBuf {
+            addr: 0,
+            rkey: 0,
+            len: 4096,
+        };
+        assert!(i.is_inline());
+        assert_eq!(i.validate(CAP, MAX_IO, false), Ok(()));
+    }
+
+    #[test]
+    fn validate_rejects_inline_but_on_a_write_without_a_buffer() {
+        let inline = |op| {
+            let mut r = request(op, 0, 512);
+            r.flags = req_flags::INLINE;
+            r.buf = RemoteBuf {
+                addr: 0,
+                rkey: 0,
+                len: 512,
+            };
+            r
+        };
+        for op in [
+            Opcode::Read,
+            Opcode::Discard,
+            Opcode::WriteZeroes,
+            Opcode::Flush,
+            Opcode::Nop,
+        ] {
+            let mut r = inline(op);
+            if !op.has_data() {
+                r.length = 0;
+            }
+            assert_eq!(
+                r.validate(CAP, MAX_IO, false),
+                Err(Status::Invalid),
+                "{op:?}"
+            );
+        }
+        let mut r = inline(Opcode::Write);
+        r.buf.rkey = 0x1234;
+        assert_eq!(r.validate(CAP, MAX_IO, false), Err(Status::Invalid));
+        let mut r = inline(Opcode::Write);
+        r.buf.addr = 0x1000;
+        assert_eq!(r.validate(CAP, MAX_IO, false), Err(Status::Invalid));
+        let mut r = inline(Opcode::Write);
+        r.buf.len = 1024;
+        assert_eq!(r.validate(CAP, MAX_IO, false), Err(Status::Invalid));
     }
 
     #[test]
@@ -1581,11 +1657,11 @@ mod tests {
                                    pbs in any::<u32>(), max_io_bytes in any::<u32>(), max_segments in any::<u16>(),
                                    queue_depth in any::<u16>(), initial_credits in any::<u16>(),
                                    features in any::<u32>(), max_discard_sectors in any::<u32>(),
-                                   challenge in any::<[u8; CHALLENGE_LEN]>()) {
+                                   challenge in any::<[u8; CHALLENGE_LEN]>(), max_inline in any::<u32>()) {
             let r = HelloReply {
                 status: HelloStatus::try_from(status).unwrap(), capacity_sectors,
                 logical_block_size: lbs, physical_block_size: pbs, max_io_bytes, max_segments,
-                queue_depth, initial_credits, features, max_discard_sectors, challenge,
+                queue_depth, initial_credits, features, max_discard_sectors, challenge, max_inline,
             };
             prop_assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
         }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use rdmadisk_proto::auth::Secret;
 use rdmadisk_proto::options::DEFAULT_TCP_PORT;
+use rdmadisk_proto::wire::SECTOR_SIZE;
 use serde::Deserialize;
 
 use crate::hostile::{Hostile, Kind};
@@ -32,7 +33,8 @@ EXAMPLES:
   rdmadisk-target --config /etc/rdmadisk/target.toml --stats-file /run/rdmadisk-target.stats
 
 TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], allow_any,
-max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, max_connections,
+max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, inline_max,
+max_connections,
 max_connections_per_host, hello_timeout_s, idle_timeout_s, send_timeout_s,
 shutdown_timeout_s, stats_file, log_level, corrupt_read_every, fail_write_crc_every,
 hostile = [..], hostile_every, and [[export]] tables with name, path, read_only, allow = [..],
@@ -101,6 +103,10 @@ pub struct Args {
     /// request always goes, however large). Default 256 KiB.
     #[arg(long)]
     pub rdma_window: Option<u32>,
+    /// Largest write, in bytes, an RDMA client may send inline with its request (a multiple of
+    /// 512; 0: none). Each posted receive is this much larger. Default 4096.
+    #[arg(long)]
+    pub inline_max: Option<u32>,
     /// Connections at once. Default 256.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -198,6 +204,7 @@ pub struct FileConf {
     pub direct: Option<bool>,
     pub buffer_memory: Option<u64>,
     pub rdma_window: Option<u32>,
+    pub inline_max: Option<u32>,
     pub max_connections: Option<usize>,
     pub max_connections_per_host: Option<usize>,
     pub hello_timeout_s: Option<u64>,
@@ -241,6 +248,7 @@ pub struct Config {
     pub direct: bool,
     pub buffer_memory: u64,
     pub rdma_window: u32,
+    pub inline_max: u32,
     pub max_connections: usize,
     pub max_connections_per_host: usize,
     pub hello_timeout: Duration,
@@ -298,6 +306,17 @@ fn range<T: PartialOrd + std::fmt::Display + Copy>(
 ) -> Result<T, String> {
     if v < lo || v > hi {
         return Err(format!("{name} = {v}: must be {lo} to {hi}"));
+    }
+    Ok(v)
+}
+
+/// `inline_max`: a whole number of sectors, at most 64 KiB and at most the largest I/O.
+fn inline_max(v: u32, max_io_bytes: u32) -> Result<u32, String> {
+    let v = range("inline_max", v, 0, (64 << 10).min(max_io_bytes))?;
+    if v % SECTOR_SIZE != 0 {
+        return Err(format!(
+            "inline_max = {v}: must be a multiple of {SECTOR_SIZE}"
+        ));
     }
     Ok(v)
 }
@@ -448,6 +467,10 @@ impl Config {
                 args.rdma_window.or(file.rdma_window).unwrap_or(256 << 10),
                 4096,
                 64 << 20,
+            )?,
+            inline_max: inline_max(
+                args.inline_max.or(file.inline_max).unwrap_or(4096),
+                max_io_bytes,
             )?,
             max_connections: range(
                 "max_connections",

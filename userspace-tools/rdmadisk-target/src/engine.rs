@@ -34,6 +34,9 @@ pub struct Limits {
     /// overflows a switch's (or soft-RoCE's) buffers, and RC retransmits go-back-N, so a
     /// loss costs the whole burst again (see userspace-tools/README.md).
     pub rdma_window: usize,
+    /// Largest inline write (`HelloReply::max_inline`) an RDMA connection accepts; its
+    /// receives are sized for it.
+    pub inline_max: u32,
     /// Connections at once, per listener and per client host.
     pub max_connections: usize,
     pub max_connections_per_host: usize,
@@ -347,6 +350,8 @@ impl Target {
             features: f,
             max_discard_sectors: self.limits.max_io_bytes / SECTOR_SIZE,
             challenge: challenge.map_or([0; CHALLENGE_LEN], |c| c.nonce),
+            // Set by the RDMA transport, which sizes its receives for it.
+            max_inline: 0,
         }
     }
 

@@ -25,7 +25,9 @@ use rdmadisk_net::rdma::{
     SendOp, SendWr,
 };
 use rdmadisk_proto::credits::CreditSender;
-use rdmadisk_proto::wire::{ClientMsg, Hello, HelloReply, HelloStatus, Status, RESPONSE_LEN};
+use rdmadisk_proto::wire::{
+    ClientMsg, Hello, HelloReply, HelloStatus, Status, REQUEST_LEN, RESPONSE_LEN,
+};
 
 use crate::conn::{Core, Stage, UD_CQ, UD_KIND};
 use crate::engine::{Challenge, Slot as CapSlot, Target};
@@ -42,8 +44,14 @@ const ACK_TIMEOUT_EXP: u8 = 20;
 /// for the ACK timeout before it asks again for the rest, while a later read's response
 /// exposes the gap at once; and every retry of a read resends its whole rest.
 const READ_CHUNK: usize = 64 << 10;
-/// Bytes per receive/send slot (a Request is 48 bytes, a Response 32).
+/// Bytes per send slot (a Response is 32 bytes), and per receive slot without inline data (a
+/// Request is 48).
 const SLOT: usize = 64;
+
+/// Bytes per receive: a request and, for an inline write, up to `inline_max` bytes of data.
+fn recv_slot(inline_max: u32) -> usize {
+    (REQUEST_LEN + inline_max as usize).next_multiple_of(SLOT)
+}
 /// Send buffers beyond one per request slot, for hostile extra messages.
 const SPARE: usize = 8;
 
@@ -309,7 +317,8 @@ fn setup(
             ),
         );
     }
-    let mrs = Mr::new(&dev.pd, credits * SLOT, Access::LOCAL_WRITE)
+    let rslot = recv_slot(t.limits.inline_max);
+    let mrs = Mr::new(&dev.pd, credits * rslot, Access::LOCAL_WRITE)
         .and_then(|r| Ok((r, Mr::new(&dev.pd, send_bufs * SLOT, Access::LOCAL_WRITE)?)));
     let (recv_mr, send_mr) = match mrs {
         Ok(m) => m,
@@ -331,9 +340,13 @@ fn setup(
             },
         )?;
         for r in 0..credits {
-            id.post_recv(wr_id(K_RECV, r), &recv_mr, r * SLOT, SLOT)?;
+            id.post_recv(wr_id(K_RECV, r), &recv_mr, r * rslot, rslot)?;
         }
-        let reply = t.hello_reply(&a.export, a.challenge.as_ref()).to_bytes();
+        let reply = HelloReply {
+            max_inline: t.limits.inline_max,
+            ..t.hello_reply(&a.export, a.challenge.as_ref())
+        }
+        .to_bytes();
         // 4.3 s: well above the time a 1 MiB RDMA Read takes on a slow link, still bounded
         // (7 retries) for a peer that is really gone.
         id.set_ack_timeout(ACK_TIMEOUT_EXP)?;
@@ -377,6 +390,7 @@ fn setup(
         id,
         core,
         recv_mr,
+        rslot,
         send_mr,
         cq,
         _comp: comp,
@@ -414,6 +428,8 @@ struct Conn {
     id: CmId,
     core: Core,
     recv_mr: Mr,
+    /// Bytes per receive ([`recv_slot`]).
+    rslot: usize,
     send_mr: Mr,
     cq: Arc<Cq>,
     _comp: Arc<CompChannel>,
@@ -653,8 +669,8 @@ impl Conn {
 
     fn received(&mut self, wc: &rdma::Completion, r: usize) {
         self.last_rx = Instant::now();
-        let off = r * SLOT;
-        let len = (wc.byte_len as usize).min(SLOT);
+        let off = r * self.rslot;
+        let len = (wc.byte_len as usize).min(self.rslot);
         let msg = match ClientMsg::decode(&self.recv_mr[off..off + len]) {
             Ok(m) => m,
             Err(e) => {
@@ -677,6 +693,20 @@ impl Conn {
             ClientMsg::Request(req) => req,
             ClientMsg::Auth(a) => return self.authenticate(r, &a),
         };
+        // An inline write's data is what the Send carried after the request, all of it: the
+        // receive is sized for `inline_max`, so a longer one could not have arrived whole.
+        // (INLINE on anything else is refused with `Invalid` at admission.)
+        if req.is_inline()
+            && req.opcode == rdmadisk_proto::wire::Opcode::Write
+            && (req.length > self.core.t.limits.inline_max
+                || wc.byte_len as usize != REQUEST_LEN + req.length as usize)
+        {
+            self.broken.get_or_insert(format!(
+                "malformed inline write ({} bytes of data announced, {} bytes received, at most {} inline)",
+                req.length, wc.byte_len, self.core.t.limits.inline_max
+            ));
+            return;
+        }
         self.resp_credits.grant(req.credits);
         if self.core.t.stopping() {
             // Shutting down: nothing new is started (the receive is not reposted either).
@@ -767,6 +797,11 @@ impl Conn {
     /// in parts of `READ_CHUNK`, only the last signaled (an RC queue completes in order).
     fn fetch(&mut self) {
         while let Some(&j) = self.core.to_fetch.front() {
+            if self.core.slots[j].req.is_inline() {
+                self.core.to_fetch.pop_front();
+                self.inline_in(j);
+                continue;
+            }
             let n = self.core.slots[j].req.length as usize;
             if !self.wire_room(n) {
                 return;
@@ -802,6 +837,28 @@ impl Conn {
         }
     }
 
+    /// Slot `j`'s inline write data: copied from the receive its request came in on (checked
+    /// in `received`), which is reposted only with the response.
+    fn inline_in(&mut self, j: usize) {
+        let n = self.core.slots[j].req.length as usize;
+        let src = self.recv_of[j].and_then(|r| {
+            let off = r * self.rslot + REQUEST_LEN;
+            self.recv_mr.get(off..off + n)
+        });
+        let dst = self.core.slots[j]
+            .buf
+            .as_mut()
+            .and_then(|b| b.as_mut_slice().get_mut(..n));
+        let (Some(src), Some(dst)) = (src, dst) else {
+            self.broken
+                .get_or_insert("an inline write without its receive or buffer".into());
+            return;
+        };
+        dst.copy_from_slice(src);
+        Stats::inc(&self.core.t.stats.inline_writes);
+        self.core.data_in(j);
+    }
+
     /// Sends the responses that are ready, as far as response credits go.
     fn answer(&mut self) {
         while let Some(&j) = self.core.to_answer.front() {
@@ -826,7 +883,7 @@ impl Conn {
     fn repost(&mut self, r: usize) -> bool {
         match self
             .id
-            .post_recv(wr_id(K_RECV, r), &self.recv_mr, r * SLOT, SLOT)
+            .post_recv(wr_id(K_RECV, r), &self.recv_mr, r * self.rslot, self.rslot)
         {
             Ok(()) => true,
             Err(e) => {

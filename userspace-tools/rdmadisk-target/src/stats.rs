@@ -41,6 +41,8 @@ counters! {
     bytes_written,
     /// RDMA Reads posted (write data pulled from the client).
     rdma_reads,
+    /// Writes whose data came inline with the request (no RDMA Read).
+    inline_writes,
     rdma_read_bytes,
     /// RDMA Writes posted (read data pushed to the client).
     rdma_writes,
