@@ -439,6 +439,17 @@ impl<O: MsgOwner> Msg<O> {
         &mut self.buf
     }
 
+    /// Makes a Send carry only the buffer's first `len` bytes (all of it until set): a buffer
+    /// sized for the largest message often carries a small one, and the peer's receive may
+    /// be no larger than that. `EINVAL` past the buffer's end.
+    pub(crate) fn set_len(&mut self, len: usize) -> Result {
+        if len > self.buf.len() {
+            return Err(EINVAL);
+        }
+        self.sge.length = u32::try_from(len).map_err(|_| EINVAL)?;
+        Ok(())
+    }
+
     /// Whoever the completion is for.
     pub(crate) fn owner(&self) -> &O {
         &self.owner
@@ -458,12 +469,14 @@ impl<O: MsgOwner> Msg<O> {
         // read after its last completion (synced for the CPU then), goes back to the device,
         // and on a non-coherent platform its cache lines must not be written back over what
         // the device writes next.
-        // SAFETY: The mapping is live; the CPU is done with the buffer until its completion.
+        // Only what the work request names: a Receive's SGE is always the whole buffer.
+        // SAFETY: The mapping is live; the CPU is done with the buffer until its completion;
+        // `sge.length` is at most the mapped length (`new`, `set_len`).
         unsafe {
             b::rdmadisk_ib_dma_sync_single_for_device(
                 msg.pd.device().as_ptr(),
                 msg.sge.addr,
-                msg.buf.len(),
+                msg.sge.length as usize,
                 dma_dir(msg.dir),
             )
         };

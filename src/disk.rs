@@ -214,6 +214,7 @@ impl DiskDev {
                         io_timeout_ms: AtomicU32::new(DEFAULT_IO_TIMEOUT_MS),
                         keepalive_ms: AtomicU32::new(DEFAULT_KEEPALIVE_MS),
                         max_credits: AtomicU32::new(u32::from(QUEUE_DEPTH)),
+                        inline_max: AtomicU32::new(crate::rdma_queue::DEFAULT_INLINE_MAX),
                     },
                     stats: Stats::default(),
                     answered: AtomicU64::new(0),

@@ -91,6 +91,9 @@ pub(crate) struct Knobs {
     pub(crate) io_timeout_ms: AtomicU32,
     pub(crate) keepalive_ms: AtomicU32,
     pub(crate) max_credits: AtomicU32,
+    /// Largest write sent inline with its request over RDMA; a connection's Send buffers are
+    /// sized for the value when it connects.
+    pub(crate) inline_max: AtomicU32,
 }
 
 /// What a disk's connections read: fixed at map time, except the knobs and counters.

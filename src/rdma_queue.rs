@@ -39,8 +39,8 @@ use crate::proto::credits::{CreditReceiver, CreditSender};
 use crate::proto::policy::Transport;
 use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    features, AuthRequest, Hello, HelloReply, Opcode, RemoteBuf, ReqId, Request, Response, Status,
-    REQUEST_LEN, RESPONSE_LEN,
+    features, req_flags, AuthRequest, Hello, HelloReply, Opcode, RemoteBuf, ReqId, Request,
+    Response, Status, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
@@ -51,6 +51,11 @@ pub(crate) const QUEUE_DEPTH: u16 = 64;
 pub(crate) const MR_PAGES: u32 = 257;
 /// Largest request, from the MR size.
 pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * crate::kapi::frwr::MR_PAGE_SIZE;
+/// Largest `inline_max` knob: every tag's Send buffer has room for this much data after the
+/// request. 4 KiB carries the small writes whose RDMA Read round trip costs most.
+pub(crate) const INLINE_CAP: u32 = 4096;
+/// The `inline_max` knob's default.
+pub(crate) const DEFAULT_INLINE_MAX: u32 = 4096;
 /// The slot of keepalive NOPs, after blk-mq's tags; the authentication, before any of them,
 /// uses it too.
 const KEEPALIVE_SLOT: u16 = QUEUE_DEPTH;
@@ -108,6 +113,9 @@ struct Inner {
     starved_ms: Option<i64>,
     /// Where the connection's authentication stands (an export with a secret).
     auth: Auth,
+    /// Largest write sent inline: the target's `max_inline`, within the room the Send
+    /// buffers were given at connect (0: none).
+    inline_max: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -216,6 +224,7 @@ impl RdmaQueue {
                     keepalive_sent_ms: None,
                     starved_ms: None,
                     auth: Auth::None,
+                    inline_max: 0,
                 }, "rdmadisk::rdma_queue"),
             }),
             GFP_KERNEL,
@@ -244,6 +253,13 @@ impl RdmaQueue {
             budget_ms,
         };
         let watch = QueueWatch { queue: q.clone() };
+        // Room for inline data after the request in each tag's Send buffer (the keepalive's
+        // carries none): the knob as it is now.
+        let room = info
+            .knobs
+            .inline_max
+            .load(Ordering::Relaxed)
+            .min(INLINE_CAP);
         let t0 = now_ms();
         let res = rdma_conn::connect(&spec, ConnEvents::new(watch)?, |cm, pd| {
             let mut slots = KVec::with_capacity(SLOTS, GFP_KERNEL)?;
@@ -252,7 +268,12 @@ impl RdmaQueue {
                     queue: q.clone(),
                     slot,
                 };
-                let send = Msg::new(pd, REQUEST_LEN, MsgDir::Send, ctx)?;
+                let len = if slot == KEEPALIVE_SLOT {
+                    REQUEST_LEN
+                } else {
+                    REQUEST_LEN + room as usize
+                };
+                let send = Msg::new(pd, len, MsgDir::Send, ctx)?;
                 slots.push(
                     Slot {
                         send: Some(send),
@@ -277,6 +298,7 @@ impl RdmaQueue {
             q.dev.store(conn.dev.id().to_bits(), Ordering::Release);
             let mut g = q.inner.lock();
             g.send_credits = CreditSender::new(reply.initial_credits);
+            g.inline_max = reply.max_inline.min(room);
             g.conn = Some(conn);
             drop(g);
             if reply.features & features::AUTH != 0 {
@@ -449,22 +471,26 @@ impl RdmaQueue {
         req.tag = id.tag();
         io::inject_write_crc(info, &rq, &mut req);
         req.credits = g.recv_credits.take_grant();
+        // A small write goes in the Send itself: no registration, and no RDMA Read round trip
+        // before the target can write it.
+        let inline = op == Opcode::Write
+            && len > 0
+            && len
+                <= g.inline_max
+                    .min(info.knobs.inline_max.load(Ordering::Relaxed));
         let Some(conn) = g.conn.as_mut() else {
+            g.slots[usize::from(slot)].send = Some(msg);
+            g.recv_credits.return_grant(req.credits);
+            g.tags.release(slot);
             return Err((rq, BlkStatus::Resource));
         };
         let posted = match access {
-            Some(access) => Self::post_data(info, conn, slot, rq, access, msg, &mut req),
-            None => {
-                let mut msg = msg;
-                if let Some(out) = msg.data_mut().first_chunk_mut() {
-                    req.encode(out);
-                }
-                match conn.cm.post_send(msg) {
-                    Ok(()) => Ok(Some(rq)),
-                    Err((e, msg)) => Err((e, Some(rq), msg, false)),
-                }
-            }
+            Some(access) if !inline => Self::post_data(info, conn, slot, rq, access, msg, &mut req),
+            _ => Self::post_plain(conn, rq, msg, &mut req, inline),
         };
+        if inline && posted.is_ok() {
+            Stats::inc(&self.stats().inline_writes);
+        }
         match posted {
             Ok(rq) => {
                 g.send_credits.try_consume();
@@ -523,6 +549,47 @@ impl RdmaQueue {
         }
     }
 
+    /// Posts `req` alone in a Send, or with `rq`'s data after it (`inline`, which the caller
+    /// checked fits the buffer). `Ok(Some(rq))`: the slot keeps the request. On error: as
+    /// [`Self::post_data`].
+    #[allow(clippy::type_complexity)]
+    fn post_plain(
+        conn: &mut Conn<QueueWatch>,
+        rq: DiskRq,
+        mut msg: KBox<Msg<SendCtx>>,
+        req: &mut Request,
+        inline: bool,
+    ) -> core::result::Result<Option<DiskRq>, (Error, Option<DiskRq>, KBox<Msg<SendCtx>>, bool)>
+    {
+        let mut end = REQUEST_LEN;
+        if inline {
+            req.flags |= req_flags::INLINE;
+            req.buf = RemoteBuf {
+                addr: 0,
+                rkey: 0,
+                len: req.length,
+            };
+            let buf = msg.data_mut();
+            rq.for_each_segment(|seg| {
+                if let Some(to) = buf.get_mut(end..end + seg.len()) {
+                    to.copy_from_slice(seg);
+                }
+                end += seg.len();
+            });
+        }
+        if let Some(out) = msg.data_mut().first_chunk_mut() {
+            req.encode(out);
+        }
+        // Past the buffer (which the caller's check rules out) this fails, and nothing is sent.
+        if let Err(e) = msg.set_len(end) {
+            return Err((e, Some(rq), msg, false));
+        }
+        match conn.cm.post_send(msg) {
+            Ok(()) => Ok(Some(rq)),
+            Err((e, msg)) => Err((e, Some(rq), msg, false)),
+        }
+    }
+
     /// Maps and registers `rq`'s pages and posts REG_MR + SEND. `Ok(None)`: the MR holds the
     /// request. On error: the error, the request if it came back, the message, and whether the
     /// REG_MR went out without its Send (the request is then stuck in the MR).
@@ -540,6 +607,11 @@ impl RdmaQueue {
         if info.faults.hit(Fault::FailMrReg) {
             // As a failed `ib_map_mr_sg` would: the request waits and is tried again.
             return Err((EAGAIN, Some(rq), msg, false));
+        }
+        let mut msg = msg;
+        // The buffer may have room for inline data; this Send carries the request only.
+        if let Err(e) = msg.set_len(REQUEST_LEN) {
+            return Err((e, Some(rq), msg, false));
         }
         let data = match DmaRq::map(rq, &conn.dev, access) {
             Ok(d) => d,

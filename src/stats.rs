@@ -42,6 +42,8 @@ counters! {
     responses,
     /// Responses that arrived with the request's rkey invalidated by the target.
     remote_invalidations,
+    /// Writes sent inline with their request (no registration, no RDMA Read).
+    inline_writes,
     /// Registrations we had to invalidate ourselves (the response carried no invalidation).
     local_invalidations,
     /// Responses that invalidated another key than the request's (connection reset).

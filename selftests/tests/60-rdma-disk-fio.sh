@@ -4,10 +4,15 @@
 # 4 KiB-1 MiB blocks with crc32c verify headers and reads them all back, two jobs of 6 MiB on
 # disjoint 16 MiB halves, at queue depth 1 and then 16 (24 MiB written and verified in all).
 #
-# Acceptance: no fio error; the target pulled every write with RDMA Read and pushed every read
-# with RDMA Write; every data response was a Send-with-Invalidate and the client saw each as a
-# remote invalidation of that request's rkey (so no local invalidation, no rkey mismatch); the
-# data-less responses (flush, discard, write-zeroes, nop; rkey 0) were plain Sends; no CRC
+# Then 4 KiB random writes, verified, which go inline (inline_max, default 4096): the data in
+# the request's Send, with no MR and no RDMA Read.
+#
+# Acceptance: no fio error; the target pulled every write with RDMA Read but the inline ones,
+# which both sides count alike, and pushed every read with RDMA Write; every data response but
+# an inline write's was a Send-with-Invalidate and the client saw each as a remote
+# invalidation of that request's rkey (so no local invalidation, no rkey mismatch); the
+# data-less responses (flush, discard, write-zeroes, nop; rkey 0) and the inline writes' were
+# plain Sends; no CRC
 # error, retry, timeout or reconnect; a seeded pattern written through the disk is in the
 # backing file on the storage VM at the same offset. Then a read-only mapping (ro) of the same export reads
 # the same data and refuses writes before they reach the target.
@@ -40,14 +45,27 @@ for qd in 1 16; do
   [ $rc = 0 ] && n_le 12288 "$FIO_WKIB" && n_le 12288 "$FIO_RKIB"
   res $? "fio iodepth $qd, 2 jobs x 6 MiB of 4 KiB-1 MiB random writes, crc32c-verified: $FIO_SUM"
 done
+# 4 KiB writes go inline; fio reads them back through RDMA Writes as usual. No merging, so that
+# every write stays 4 KiB.
+dk_csnap "$dev"; i0=$(cstat inline_writes)
+on compute "echo 2 >/sys/block/$dev/queue/nomerges"
+dk_fio inline "--name=inline --filename=/dev/$dev --rw=randwrite --bs=4k --verify=crc32c --do_verify=1 --size=2M --offset=48M --iodepth=4 --randseed=604"
+rc=$?
+on compute "echo 0 >/sys/block/$dev/queue/nomerges"
+dk_csnap "$dev"
+[ $rc = 0 ] && n_le 2048 "$FIO_WKIB" && n_le 512 $(($(cstat inline_writes) - ${i0:-0}))
+res $? "fio iodepth 4, 2 MiB of 4 KiB random writes, crc32c-verified, every one inline (client inline_writes ${i0:-?} -> $(cstat inline_writes)): $FIO_SUM"
 
 # 2. The counters of both sides, with the disk idle.
 dk_csnap "$dev"
 dk_tsnap
 dk_show client "$DK_CS"
 dk_show target "$DK_TS"
-t_data=$(tsum reads writes)
-t_nodata=$(tsum flushes discards write_zeroes nops)
+t_inl=$(tstat inline_writes); is_num "$t_inl" || t_inl=x
+# Inline writes carry data but no rkey: answered with plain Sends. Every write here is a
+# multiple of 4 KiB, so an inline one is exactly 4096 bytes.
+t_data=$(($(tsum reads writes) - t_inl))
+t_nodata=$(($(tsum flushes discards write_zeroes nops) + t_inl))
 # A connection reset (see the last check) requeues the requests on the wire; the target may
 # have executed some of them already, and answered some whose responses were flushed. Then
 # its counts may exceed the client's by at most the requeued requests; without a reset they
@@ -60,9 +78,10 @@ within() { # within CLIENT TARGET: CLIENT <= TARGET <= CLIENT + rq (bytes: rq Mi
 }
 # A write taken off a reset connection may have been received and not yet pulled: the
 # target's writes may exceed its RDMA Reads by the requeued requests too.
-within "$(tstat rdma_reads)" "$(tstat writes)" && n_le $((24 << 20)) "$(tstat bytes_written)" &&
-  within "$(tstat bytes_written)" "$(tstat rdma_read_bytes)" bytes
-res $? "target: every write pulled by RDMA Read, at least 24 MiB (writes=$(tstat writes) rdma_reads=$(tstat rdma_reads), $(tstat rdma_read_bytes) bytes)"
+within $(($(tstat rdma_reads) + t_inl)) "$(tstat writes)" && n_le $((26 << 20)) "$(tstat bytes_written)" &&
+  within "$(tstat bytes_written)" $(($(tstat rdma_read_bytes) + (t_inl << 12))) bytes &&
+  n_le "$(cstat inline_writes)" $((t_inl + rq)) && n_le "$t_inl" $(($(cstat inline_writes) + rq))
+res $? "target: every write pulled by RDMA Read or inline, at least 26 MiB (writes=$(tstat writes) rdma_reads=$(tstat rdma_reads), $(tstat rdma_read_bytes) bytes; inline_writes=$t_inl, client's $(cstat inline_writes))"
 n_eq "$(tstat reads)" "$(tstat rdma_writes)" && n_eq "$(tstat rdma_write_bytes)" "$(tstat bytes_read)"
 res $? "target: every read pushed by RDMA Write (reads=$(tstat reads) rdma_writes=$(tstat rdma_writes), $(tstat rdma_write_bytes) bytes)"
 n_le "$(tstat send_with_inv)" "$t_data" && n_le $((t_data - rq)) "$(tstat send_with_inv)" && n_eq "$(tstat plain_sends)" "$t_nodata"

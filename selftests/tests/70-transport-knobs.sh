@@ -32,7 +32,7 @@ if ! on compute "test -e $A/transport"; then
   dk_cleanup; return 0 2>/dev/null || exit 0
 fi
 
-KNOBS="failover_threshold failover_window_ms failback_probes probe_interval_ms keepalive_ms io_timeout_ms loss_timeout_s max_credits"
+KNOBS="failover_threshold failover_window_ms failback_probes probe_interval_ms keepalive_ms io_timeout_ms loss_timeout_s max_credits inline_max"
 out=$(on compute "cd $A && stat -c '%n=%a' transport active_transport session $KNOBS | tr '\n' ' '")
 want="transport=644 active_transport=444 session=444"
 for k in $KNOBS; do want+=" $k=644"; done
@@ -50,7 +50,7 @@ res $? "fresh disk: tcp_ios=$(cstat tcp_ios) failovers=$(cstat failovers) failba
 # Defaults (keepalive_ms: any valid value; reported).
 out=$(on compute "cd $A && for k in $KNOBS; do echo -n \"\$k=\$(cat \$k) \"; done")
 echo "  defaults: $out"
-want="failover_threshold=3 failover_window_ms=10000 failback_probes=3 probe_interval_ms=1000 io_timeout_ms=30000 loss_timeout_s=60 max_credits=64"
+want="failover_threshold=3 failover_window_ms=10000 failback_probes=3 probe_interval_ms=1000 io_timeout_ms=30000 loss_timeout_s=60 max_credits=64 inline_max=4096"
 bad=
 for kv in $want; do [[ " $out" == *" $kv "* ]] || bad+=" $kv"; done
 ka=$(word keepalive_ms "$out")
@@ -79,6 +79,7 @@ knob probe_interval_ms 100 600000 250
 knob io_timeout_ms 1000 600000 45000
 knob loss_timeout_s 0 86400 120
 knob max_credits 1 64 8
+knob inline_max 0 4096 512
 # keepalive_ms: 0 (off) or 100..600000
 check_good keepalive_ms 0 100 600000 5000
 

@@ -14,7 +14,8 @@ use crate::kapi::sysfs::ShowBuf;
 use crate::proto::policy::{
     Mode, PolicyConfig, State as PState, Transport, MAX_FAILOVER_THRESHOLD,
 };
-use crate::rdma_queue::QUEUE_DEPTH;
+use crate::proto::wire::SECTOR_SIZE;
+use crate::rdma_queue::{INLINE_CAP, QUEUE_DEPTH};
 
 /// Parses a decimal knob value in `min..=max`; `EINVAL` with a log line otherwise.
 /// A whole number in decimal digits, with surrounding whitespace (the newline `echo` adds) and
@@ -134,6 +135,23 @@ impl DiskDev {
     fn store_max_credits(self: &Arc<Self>, input: &[u8]) -> Result {
         let n = parse_knob(self.name(), "max_credits", input, 1, u32::from(QUEUE_DEPTH))?;
         self.info.knobs.max_credits.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn show_inline_max(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.info.knobs.inline_max.load(Ordering::Relaxed))
+    }
+
+    fn store_inline_max(self: &Arc<Self>, input: &[u8]) -> Result {
+        let n = parse_knob(self.name(), "inline_max", input, 0, INLINE_CAP)?;
+        if n % SECTOR_SIZE != 0 {
+            pr_err!(
+                "{}: inline_max: must be a multiple of {SECTOR_SIZE}\n",
+                self.name()
+            );
+            return Err(EINVAL);
+        }
+        self.info.knobs.inline_max.store(n, Ordering::Relaxed);
         Ok(())
     }
 
@@ -309,6 +327,11 @@ static MAX_CREDITS: DiskAttr<DiskDev> = DiskAttr::rw(
     DiskDev::show_max_credits,
     DiskDev::store_max_credits,
 );
+static INLINE_MAX: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("inline_max"),
+    DiskDev::show_inline_max,
+    DiskDev::store_inline_max,
+);
 static KEEPALIVE: DiskAttr<DiskDev> = DiskAttr::rw(
     c_str!("keepalive_ms"),
     DiskDev::show_keepalive,
@@ -355,6 +378,7 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &LOSS_TIMEOUT,
     &FAST_IO_FAIL,
     &MAX_CREDITS,
+    &INLINE_MAX,
     &KEEPALIVE,
     &TRANSPORT,
     &ACTIVE_TRANSPORT,
