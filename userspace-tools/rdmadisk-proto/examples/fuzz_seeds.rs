@@ -115,6 +115,24 @@ fn main() {
             &seed,
         );
     }
+    // An inline write: the flag, no address or rkey.
+    let inline = Request {
+        opcode: Opcode::Write,
+        flags: req_flags::INLINE,
+        credits: 2,
+        tag: 9,
+        sector: 8,
+        length: 4096,
+        data_crc: 0,
+        buf: RemoteBuf {
+            addr: 0,
+            rkey: 0,
+            len: 4096,
+        },
+    };
+    let mut seed = inline.to_bytes().to_vec();
+    seed.extend_from_slice(&limits);
+    write(&dir, "request", "write_inline", &seed);
 
     let resp = Response {
         tag: 7,

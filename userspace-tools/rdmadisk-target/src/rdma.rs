@@ -796,12 +796,23 @@ impl Conn {
     /// Posts the RDMA Reads of the writes whose data is wanted, as far as the window goes: each
     /// in parts of `READ_CHUNK`, only the last signaled (an RC queue completes in order).
     fn fetch(&mut self) {
-        while let Some(&j) = self.core.to_fetch.front() {
-            if self.core.slots[j].req.is_inline() {
-                self.core.to_fetch.pop_front();
+        // Inline writes need no window: they go first, wherever they wait, so that none waits
+        // behind a large write's RDMA Read.
+        let slots = &self.core.slots;
+        if self.core.to_fetch.iter().any(|&j| slots[j].req.is_inline()) {
+            let inline: Vec<usize> = self
+                .core
+                .to_fetch
+                .iter()
+                .copied()
+                .filter(|&j| slots[j].req.is_inline())
+                .collect();
+            self.core.to_fetch.retain(|&j| !slots[j].req.is_inline());
+            for j in inline {
                 self.inline_in(j);
-                continue;
             }
+        }
+        while let Some(&j) = self.core.to_fetch.front() {
             let n = self.core.slots[j].req.length as usize;
             if !self.wire_room(n) {
                 return;

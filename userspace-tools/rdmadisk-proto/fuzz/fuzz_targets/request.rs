@@ -36,7 +36,12 @@ fuzz_target!(|data: &[u8]| {
 
 /// Straightforward restatement of the documented rules, in wide arithmetic.
 fn reference(r: &Request, cap: u64, max_io: u32, ro: bool) -> Result<(), Status> {
-    if r.flags & !req_flags::FUA != 0 {
+    if r.flags & !(req_flags::FUA | req_flags::INLINE) != 0 {
+        return Err(Status::Invalid);
+    }
+    if r.flags & req_flags::INLINE != 0
+        && (r.opcode != Opcode::Write || r.buf.addr != 0 || r.buf.rkey != 0)
+    {
         return Err(Status::Invalid);
     }
     let modifies = matches!(
