@@ -54,9 +54,11 @@ check: deps
 demo: module userspace
 	@selftests/demo.sh
 
-# Benchmarks: figures and same-run ratios, not pass/fail.
+# Benchmarks: figures and same-run ratios, not pass/fail. make bench: rdmadisk against
+# nvme-rdma, nvme-tcp and RNBD on the same link and RAM disk (selftests/out/bench/; the committed
+# set is to go to docs/bench/). BENCH_REPS, BENCH_SECS, BENCH_SYSTEMS narrow it.
 bench: module userspace
-	@selftests/bench/rdma-qd.sh
+	@selftests/bench/peers.sh
 
 # The full soak: N cycles under verified I/O, NIC servicing in each and every other fault kind
 # in every EVERY-th (default N/10), then permanent target deaths; writes

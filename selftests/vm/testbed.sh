@@ -66,7 +66,7 @@ _tb_vm() {
   # then on record even when the kernel log stream had no time to write it.
   setsid vng --run "$kdir/arch/x86/boot/bzImage" --disable-kvm --disable-microvm --force-9p \
     --name "$role" --cpus "$cpus" --memory "$mem" --rwdir "$TB_DIR" \
-    --qemu-opts="$net" --verbose --append "loglevel=5" \
+    --qemu-opts="$net" --verbose --append "loglevel=5${TB_APPEND:+ $TB_APPEND}" \
     --exec "$TB_REPO/selftests/vm/agent.sh $role $addr/24 $TB_DIR" \
     </dev/null >"$TB_DIR/$role.console" 2>&1 &
   echo $! >"$TB_DIR/$role.pid"

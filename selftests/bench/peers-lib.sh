@@ -1,0 +1,214 @@
+# shellcheck shell=bash
+# rdmadisk against its peers on one link, in one run: the systems, the workloads and the
+# samples. Sourced after vm/testbed.sh, tests/lib/disk.sh and tests/lib/transport.sh, in a
+# booted test bed; used by bench/peers.sh (make bench) and by tests/95-bench-smoke.sh.
+#
+# Every system serves the same block device on the storage VM (BP_BDEV: a brd RAM disk when
+# the VMs were booted with one, else a loop device over a tmpfs file):
+#   rdmadisk-rdma, rdmadisk-tcp  rdmadisk-target exporting it; one disk, queues=2, its
+#                                transport set to rdma or tcp for the job
+#   nvme-rdma, nvme-tcp          nvmet (configfs) exporting it as a namespace; nvme connect -i 2
+#   rnbd                         rnbd-server exporting it over RTRS; rnbd-client mapping it
+# Samples are JSON lines in $BP_SAMPLES: one per fio job, with the job's figures and the
+# client VM's CPU time per I/O (from /proc/stat, so it includes the driver's softirq and
+# workqueue time, not only fio's).
+
+BP_NQN=nqn.2026-11.io.rdmadisk:bench
+BP_HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:8f4a2c1e-5b7d-4e3a-9c61-2d0b7e9f1a35
+BP_NVME_RDMA_PORT=4420
+BP_NVME_TCP_PORT=4421
+BP_SIZE_MB=64
+declare -A BP_DEV=()
+
+bp_log() { echo "# [bench] $*"; }
+
+# bp_backing: BP_BDEV on the storage VM, filled with random data (so that reads return data).
+# The VM agent merges stderr into stdout: a device name is read from its own DEV= line.
+bp_dev_line() { sed -n 's/^DEV=//p' | tail -n1; }
+
+bp_backing() {
+  BP_LOOP_FILE=$DK_BACKDIR/$DK_ID-bench.img
+  BP_BDEV=$(on storage "if [ -b /dev/ram0 ] && [ \$(blockdev --getsize64 /dev/ram0) -ge $((BP_SIZE_MB << 20)) ]; then echo DEV=/dev/ram0
+else mkdir -p $DK_BACKDIR && rm -f $BP_LOOP_FILE && truncate -s ${BP_SIZE_MB}M $BP_LOOP_FILE && echo DEV=\$(losetup -f --show $BP_LOOP_FILE); fi" | bp_dev_line)
+  [ -n "$BP_BDEV" ] || return 1
+  # shellcheck disable=SC2034 # read by bench/peers.sh and tests/95-bench-smoke.sh
+  BP_KIND=$([ "$BP_BDEV" = /dev/ram0 ] && echo "a brd RAM disk" || echo "a loop device over a tmpfs file")
+  on storage "dd if=/dev/urandom of=$BP_BDEV bs=1M count=$BP_SIZE_MB oflag=direct status=none" || return 1
+  bp_log "backing: $BP_BDEV ($BP_SIZE_MB MiB) for every system"
+}
+
+bp_setup_rdmadisk() {
+  dk_target_start --export "bench=$BP_BDEV" >/dev/null || return 1
+  dk_load && dk_map_disk bench bench queues=2 || return 1
+  BP_DEV[rdmadisk-rdma]=$DK_DEV
+  BP_DEV[rdmadisk-tcp]=$DK_DEV
+}
+
+# bp_transport rdma|tcp: the rdmadisk disk on that transport, waited for.
+bp_transport() {
+  on compute "echo $1 >/sys/block/$DK_DEV/rdmadisk/transport" || return 1
+  tr_wait "bench-$1" "$DK_DEV" 120 "$1" >/dev/null || { echo "rdmadisk: not on $1 after 120 s: $TR_WAIT"; return 1; }
+}
+
+bp_setup_nvmet() {
+  on storage "set -e
+cd /sys/kernel/config/nvmet
+mkdir -p subsystems/$BP_NQN/namespaces/1
+echo 1 >subsystems/$BP_NQN/attr_allow_any_host
+echo $BP_BDEV >subsystems/$BP_NQN/namespaces/1/device_path
+echo 1 >subsystems/$BP_NQN/namespaces/1/enable
+for p in 1:rdma:$BP_NVME_RDMA_PORT 2:tcp:$BP_NVME_TCP_PORT; do
+  IFS=: read -r id tr port <<<\"\$p\"
+  mkdir -p ports/\$id
+  echo \$tr >ports/\$id/addr_trtype; echo ipv4 >ports/\$id/addr_adrfam
+  echo $DK_S >ports/\$id/addr_traddr; echo \$port >ports/\$id/addr_trsvcid
+  ln -s /sys/kernel/config/nvmet/subsystems/$BP_NQN ports/\$id/subsystems/$BP_NQN
+done" || return 1
+}
+
+# bp_nvme_connect rdma|tcp PORT: connects with two I/O queues; sets BP_DEV[nvme-$1].
+bp_nvme_connect() {
+  local dev
+  dev=$(on compute "nvme connect -t $1 -a $DK_S -s $2 -n $BP_NQN --hostnqn=$BP_HOSTNQN -i 2 || exit 1
+for i in \$(seq 100); do
+  for c in /sys/class/nvme/nvme*; do
+    [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] && [ \"\$(cat \$c/transport 2>/dev/null)\" = $1 ] || continue
+    for n in \$c/nvme*n*; do [ -e \"\$n\" ] && [ -b /dev/\${n##*/} ] && { echo DEV=\${n##*/}; exit 0; }; done
+  done
+  sleep 0.1
+done
+exit 1" | bp_dev_line)
+  [ -n "$dev" ] || { echo "nvme connect -t $1 failed"; return 1; }
+  BP_DEV[nvme-$1]=$dev
+}
+
+bp_setup_rnbd() {
+  on storage "test -d /sys/module/rnbd_server" || { echo "no rnbd_server in this kernel"; return 1; }
+  local dev
+  # The client links each mapping as ctl/devices/<device path, / as !>@<session>.
+  dev=$(on compute "echo 'sessname=bench path=ip:$DK_S device_path=$BP_BDEV access_mode=rw' >/sys/devices/virtual/rnbd-client/ctl/map_device || exit 1
+l=/sys/devices/virtual/rnbd-client/ctl/devices/${BP_BDEV//\//!}@bench
+for i in \$(seq 100); do
+  d=\$(basename \"\$(readlink -f \$l 2>/dev/null)\")
+  [ -n \"\$d\" ] && [ -b /dev/\$d ] && { echo DEV=\$d; exit 0; }
+  sleep 0.1
+done
+exit 1" | bp_dev_line)
+  [ -n "$dev" ] || { echo "rnbd map_device failed"; return 1; }
+  BP_DEV[rnbd]=$dev
+}
+
+# bp_setup SYSTEM...: brings every listed system up, each mapped on the compute VM.
+bp_setup() {
+  local s nv=
+  for s; do
+    case $s in
+      rdmadisk-rdma | rdmadisk-tcp) [ -n "${BP_DEV[rdmadisk-rdma]:-}" ] || bp_setup_rdmadisk || return 1 ;;
+      nvme-rdma | nvme-tcp)
+        [ -n "$nv" ] || { bp_setup_nvmet || return 1; nv=1; }
+        if [ "$s" = nvme-rdma ]; then bp_nvme_connect rdma $BP_NVME_RDMA_PORT || return 1
+        else bp_nvme_connect tcp $BP_NVME_TCP_PORT || return 1; fi ;;
+      rnbd) bp_setup_rnbd || return 1 ;;
+      *) echo "unknown system $s"; return 1 ;;
+    esac
+    bp_log "$s: /dev/${BP_DEV[$s]}"
+  done
+}
+
+bp_teardown() {
+  on compute "for c in /sys/class/nvme/nvme*; do [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] && echo 1 >\$c/delete_controller; done
+for d in /sys/block/rnbd*; do [ -e \$d/rnbd/unmap_device ] && echo force >\$d/rnbd/unmap_device; done; true" >/dev/null 2>&1
+  on storage "cd /sys/kernel/config/nvmet 2>/dev/null || exit 0
+for p in ports/*; do rm -f \$p/subsystems/$BP_NQN; rmdir \$p 2>/dev/null; done
+[ -d subsystems/$BP_NQN ] && { echo 0 >subsystems/$BP_NQN/namespaces/1/enable; rmdir subsystems/$BP_NQN/namespaces/1 subsystems/$BP_NQN; }
+true" >/dev/null 2>&1
+  dk_cleanup
+  [ "${BP_BDEV:-}" = /dev/ram0 ] || on storage "[ -n '${BP_BDEV:-}' ] && losetup -d ${BP_BDEV:-none}; rm -f ${BP_LOOP_FILE:-/nonexistent}; true" >/dev/null 2>&1
+}
+
+# bp_job SYSTEM REP NAME FIO-ARGS: one time-based fio job on SYSTEM's device (libaio, direct,
+# one job, the first 32 MiB); appends its sample to $BP_SAMPLES. The CPU time per I/O is taken
+# inside the run (after a second of ramp, until a second before its end), from /proc/stat and
+# the disk's own I/O counts, so that fio's start and exit do not weigh on it.
+bp_job() {
+  local sys=$1 rep=$2 name=$3 dev out; shift 3
+  dev=${BP_DEV[$sys]}
+  case $sys in rdmadisk-rdma) bp_transport rdma || return 1 ;; rdmadisk-tcp) bp_transport tcp || return 1 ;; esac
+  out=$TB_DIR/bench-$sys-$name-$rep
+  on compute "$DK_VM_DEFS
+rm -f $out.json $out.cpu
+timeout $((BP_SECS + 120)) fio --name=$name --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
+  --time_based --ramp_time=1 --runtime=$BP_SECS --output-format=json --output=$out.json $* >$out.err 2>&1 &
+p=\$!
+pause 1.5
+read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat; s0=\$((a + b + c + f + g)) n0=\$((r + w))
+pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
+read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat
+echo \$((a + b + c + f + g - s0)) \$((r + w - n0)) \$(getconf CLK_TCK) >$out.cpu
+wait \$p || { cat $out.err; exit 1; }" || return 1
+  python3 - "$out" "$sys" "$rep" "$name" "$*" >>"$BP_SAMPLES" <<'PY' || { echo "  no sample: $out.json unreadable"; return 1; }
+import json, sys
+out, sysname, rep, name, args = sys.argv[1:]
+j = json.load(open(out + ".json"))["jobs"][0]
+busy, window_ios, hz = (int(x) for x in open(out + ".cpu").read().split())
+ddir = "write" if j["write"]["io_kbytes"] > j["read"]["io_kbytes"] else "read"
+d = j[ddir]
+pct = d["clat_ns"].get("percentile", {})
+ios = d["total_ios"]
+print(json.dumps({
+    "system": sysname, "rep": int(rep), "job": name, "fio": args, "dir": ddir,
+    "iops": d["iops"], "mb_s": d["bw_bytes"] / 1e6,
+    "lat_mean_us": d["clat_ns"]["mean"] / 1000,
+    "lat_p50_us": pct.get("50.000000", 0) / 1000, "lat_p99_us": pct.get("99.000000", 0) / 1000,
+    "ios": ios, "cpu_us_per_io": busy * 1e6 / hz / window_ios if window_ios else None,
+}))
+PY
+  tail -n1 "$BP_SAMPLES" | python3 -c "import json,sys; s=json.load(sys.stdin); print(f\"  {s['system']:14} {s['job']:10} rep {s['rep']}: {s['iops']:8.0f} IOPS {s['mb_s']:7.1f} MB/s  p50 {s['lat_p50_us']:7.0f} us  p99 {s['lat_p99_us']:7.0f} us  cpu/io {s['cpu_us_per_io'] or 0:6.0f} us\")"
+}
+
+# The workloads: NAME FIO-ARGS.
+# shellcheck disable=SC2034 # used by bench/peers.sh
+BP_WORKLOADS=(
+  "rr4k_qd1 --rw=randread --bs=4k --iodepth=1"
+  "rw4k_qd1 --rw=randwrite --bs=4k --iodepth=1"
+  "rr4k_qd16 --rw=randread --bs=4k --iodepth=16"
+  "sr128k_qd4 --rw=read --bs=128k --iodepth=4"
+  "sw128k_qd4 --rw=write --bs=128k --iodepth=4"
+)
+# Queue-depth scaling (4 KiB random reads), besides depths 1 and 16 above.
+# shellcheck disable=SC2034 # used by bench/peers.sh
+BP_SCALING_QD="2 4 8 32"
+
+# bp_floor: perftest between the VMs' rxe0 devices, one
+# sample per test: *_lat report the typical (median) and 99th percentile latency, *_bw the
+# average bandwidth.
+bp_floor() {
+  local t size out iters
+  for t in ${BP_FLOOR_TESTS:-ib_send_lat:64 ib_send_lat:4096 ib_write_lat:4096 ib_read_lat:4096 ib_write_bw:131072 ib_read_bw:131072}; do
+    IFS=: read -r t size <<<"$t"
+    iters=2000
+    [[ $t == *_bw ]] && iters=500
+    local bw=
+    [[ $t == *_bw ]] && bw="-t 16"
+    # No server of an earlier test may hold perftest's port.
+    on storage "pkill -f '^timeout 300 ib_'; pkill -x 'ib_(send|write|read)_(lat|bw)'
+setsid timeout 300 $t -d rxe0 -s $size -n $iters $bw -F >$TB_DIR/floor-server.out 2>&1 </dev/null &" >/dev/null
+    # The server takes a few seconds to listen under TCG (as in tests/25-ib-send-lat.sh).
+    out=$(on compute "for i in \$(seq 15); do timeout 300 $t -d $TR_RXE -s $size -n $iters $bw -F $DK_S >$TB_DIR/floor.out 2>&1 && { cat $TB_DIR/floor.out; exit 0; }
+  grep -q \"Couldn't connect\" $TB_DIR/floor.out || break; sleep 2; done; cat $TB_DIR/floor.out; exit 1") || { echo "  $t -s $size failed: $(tail -n3 <<<"$out")"; continue; }
+    OUT=$out python3 - "$t" "$size" >>"$BP_SAMPLES" <<'PY'
+import json, os, sys
+t, size = sys.argv[1], int(sys.argv[2])
+rows = [l.split() for l in os.environ["OUT"].splitlines() if l.split() and l.split()[0] == str(size)]
+r = [float(x) for x in rows[-1]]
+if t.endswith("_lat"):
+    # bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+    s = {"lat_p50_us": r[4], "lat_mean_us": r[5], "lat_p99_us": r[7]}
+else:
+    # bytes iterations BW_peak BW_average MsgRate (MB/s)
+    s = {"mb_s": r[3] * 1.048576}
+print(json.dumps({"system": "floor", "job": f"{t}_{size}", "rep": 0, **s}))
+PY
+    tail -n1 "$BP_SAMPLES" | sed 's/^/  /'
+  done
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# make bench: rdmadisk against nvme-rdma, nvme-tcp and RNBD on the same link, in one run.
+#
+# Boots the test bed with a brd RAM disk on each VM (the storage VM's serves every system), and
+# measures, in BENCH_REPS repetitions (default 3) interleaved across the systems, each fio job
+# running BENCH_SECS seconds (default 8):
+#   the floor: perftest ib_send_lat (64 B, 4 KiB), ib_write_lat and ib_read_lat (4 KiB),
+#     ib_write_bw and ib_read_bw (128 KiB) between the VMs' soft-RoCE devices;
+#   4 KiB random reads and writes at queue depth 1 (p50, p99 latency), 4 KiB random reads at
+#     depth 16 (IOPS), 128 KiB sequential reads and writes at depth 4 (MB/s), with the client
+#     VM's CPU time per I/O, for every system;
+#   4 KiB random reads at depths 2, 4, 8 and 32 too for rdmadisk-rdma and nvme-rdma.
+# Writes selftests/out/bench/: samples.jsonl (every sample), results.json, results.md (medians,
+# spreads and same-run ratios) and PNG plots; a committed set is to go to docs/bench/.
+# BENCH_SYSTEMS narrows the systems (default: all five). Not a pass/fail test.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+TB_REPO=$(cd "$HERE/.." && pwd)
+export TB_REPO
+OUT=${BENCH_OUT:-$HERE/out/bench}
+BP_SECS=${BENCH_SECS:-8}
+REPS=${BENCH_REPS:-3}
+SYSTEMS=${BENCH_SYSTEMS:-rdmadisk-rdma nvme-rdma rnbd rdmadisk-tcp nvme-tcp}
+# A RAM disk the size of the test data (brd allocates its pages as they are written).
+export TB_APPEND="brd.rd_nr=1 brd.rd_size=$((64 << 10))"
+# shellcheck source-path=SCRIPTDIR source=../vm/testbed.sh
+source "$HERE/vm/testbed.sh"
+trap 'tb_shutdown >/dev/null 2>&1' EXIT
+t0=$SECONDS
+tb_boot || exit 1
+TB_TEST=bench
+# shellcheck source-path=SCRIPTDIR source=../tests/lib/disk.sh
+source "$HERE/tests/lib/disk.sh"
+# shellcheck source-path=SCRIPTDIR source=../tests/lib/transport.sh
+source "$HERE/tests/lib/transport.sh"
+# shellcheck source-path=SCRIPTDIR source=peers-lib.sh
+source "$HERE/bench/peers-lib.sh"
+dk_build || exit 1
+mkdir -p "$OUT" && rm -f "$OUT"/*.png
+BP_SAMPLES=$OUT/samples.jsonl
+: >"$BP_SAMPLES"
+# shellcheck disable=SC2086 # a list of words
+if ! bp_backing || ! bp_setup $SYSTEMS; then bp_teardown; exit 1; fi
+
+bp_log "floor (perftest)"
+bp_floor
+for ((rep = 1; rep <= REPS; rep++)); do
+  bp_log "repetition $rep of $REPS ($((SECONDS - t0)) s so far)"
+  for w in "${BP_WORKLOADS[@]}"; do
+    for s in $SYSTEMS; do
+      # shellcheck disable=SC2086 # the workload splits into its name and fio arguments
+      bp_job "$s" "$rep" $w || { bp_teardown; exit 1; }
+    done
+  done
+  for qd in $BP_SCALING_QD; do
+    for s in rdmadisk-rdma nvme-rdma; do
+      [[ " $SYSTEMS " == *" $s "* ]] || continue
+      bp_job "$s" "$rep" "rr4k_qd$qd" --rw=randread --bs=4k --iodepth="$qd" || { bp_teardown; exit 1; }
+    done
+  done
+done
+if [ -n "${DK_DEV:-}" ]; then
+  dk_csnap "$DK_DEV"
+  echo "# rdmadisk client: $(grep -E '^(inline_writes|remote_invalidations|max_outstanding|credit_waits|timeouts|reconnects|io_errors)=' <<<"$DK_CS" | tr '\n' ' ')"
+fi
+kernel=$(on compute "uname -r")
+bp_teardown
+/usr/bin/python3 "$HERE/bench/report.py" "$OUT" --kernel "$kernel" --secs "$BP_SECS" --reps "$REPS" --backing "$BP_KIND" \
+  --host "$(nproc) cores, $(awk '/MemTotal/ { printf "%d GiB", $2 / 1048576 }' /proc/meminfo); two TCG VMs, soft-RoCE over one qemu datagram link" \
+  --minutes $(((SECONDS - t0 + 59) / 60)) || exit 1
+echo "# results: $OUT/results.md"

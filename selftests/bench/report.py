@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""make bench's report: medians, spreads and same-run ratios from samples.jsonl.
+
+Writes results.json (every sample and the summary), results.md (the tables) and, when
+matplotlib is there, latency.png, iops.png and scaling.png, all in the output directory.
+"""
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+SYSTEMS = ["rdmadisk-rdma", "nvme-rdma", "rnbd", "rdmadisk-tcp", "nvme-tcp"]
+# workload -> (figure, better): the figure each workload is judged by.
+FIGURES = {
+    "rr4k_qd1": ("lat_p50_us", "lower"),
+    "rw4k_qd1": ("lat_p50_us", "lower"),
+    "rr4k_qd16": ("iops", "higher"),
+    "sr128k_qd4": ("mb_s", "higher"),
+    "sw128k_qd4": ("mb_s", "higher"),
+}
+TITLES = {
+    "rr4k_qd1": "4 KiB randread QD1",
+    "rw4k_qd1": "4 KiB randwrite QD1",
+    "rr4k_qd16": "4 KiB randread QD16",
+    "sr128k_qd4": "128 KiB read QD4",
+    "sw128k_qd4": "128 KiB write QD4",
+}
+UNITS = {"lat_p50_us": "µs p50", "lat_p99_us": "µs p99", "iops": "IOPS", "mb_s": "MB/s"}
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summary(samples):
+    """(system, job) -> {figure: (median, min, max, n)}"""
+    groups = {}
+    for s in samples:
+        groups.setdefault((s["system"], s["job"]), []).append(s)
+    out = {}
+    for key, ss in groups.items():
+        figs = {}
+        for f in ("iops", "mb_s", "lat_p50_us", "lat_p99_us", "lat_mean_us", "cpu_us_per_io"):
+            xs = [s[f] for s in ss if s.get(f) is not None]
+            if xs:
+                figs[f] = (statistics.median(xs), min(xs), max(xs), len(xs))
+        out[key] = figs
+    return out
+
+
+def fig(summ, system, job, f):
+    v = summ.get((system, job), {}).get(f)
+    return v[0] if v else None
+
+
+def ratio(samples, a, b, job):
+    """The median over the repetitions of each repetition's ratio: the systems ran one after
+    the other within a repetition, so a drift of the host between repetitions cancels."""
+    f, better = FIGURES[job]
+    by = {}
+    for s in samples:
+        if s["job"] == job and s["system"] in (a, b) and s.get(f):
+            by.setdefault(s["rep"], {})[s["system"]] = s[f]
+    rs = []
+    for v in by.values():
+        if a in v and b in v:
+            # Always "how many times better a is than b": above 1 means a wins.
+            rs.append(v[b] / v[a] if better == "lower" else v[a] / v[b])
+    return statistics.median(rs) if rs else None
+
+
+def fmt(v, nd=2):
+    return "–" if v is None else f"{v:.{nd}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--kernel", default="?")
+    ap.add_argument("--host", default="?")
+    ap.add_argument("--secs", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=0)
+    ap.add_argument("--minutes", type=int, default=0)
+    ap.add_argument("--date", default=None)
+    ap.add_argument("--backing", default="a brd RAM disk")
+    a = ap.parse_args()
+    d = Path(a.dir)
+    samples = [json.loads(line) for line in (d / "samples.jsonl").read_text().splitlines() if line.strip()]
+    if not samples:
+        print("report: no samples", file=sys.stderr)
+        return 1
+    summ = summary(samples)
+    import datetime
+
+    date = a.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    systems = [s for s in SYSTEMS if any(k[0] == s for k in summ)]
+    md = []
+    md.append("# rdmadisk against its peers, one run\n")
+    md.append(
+        f"{date}; kernel {a.kernel}; {a.host}. fio libaio, direct, one job on the first 32 MiB "
+        f"of {a.backing} on the storage VM that every system serves; two hardware queues for "
+        f"each; {a.reps} repetitions of {a.secs} s, interleaved across the systems; medians, "
+        f"with the spread (min–max) in brackets. The whole run took {a.minutes} minutes.\n"
+    )
+    md.append("## Figures\n")
+    md.append("| workload | " + " | ".join(systems) + " |")
+    md.append("|---|" + "---|" * len(systems))
+    for job, (f, _) in FIGURES.items():
+        for ff in ([f, "lat_p99_us"] if f == "lat_p50_us" else [f]):
+            cells = []
+            for s in systems:
+                v = summ.get((s, job), {}).get(ff)
+                cells.append("–" if not v else f"{v[0]:.0f} ({v[1]:.0f}–{v[2]:.0f})")
+            md.append(f"| {TITLES[job]}, {UNITS[ff]} | " + " | ".join(cells) + " |")
+    for job in FIGURES:
+        cells = []
+        for s in systems:
+            v = summ.get((s, job), {}).get("cpu_us_per_io")
+            cells.append("–" if not v else f"{v[0]:.0f}")
+        md.append(f"| {TITLES[job]}, client CPU µs per I/O | " + " | ".join(cells) + " |")
+
+    md.append("\n## Same-run ratios (above 1: rdmadisk is better; the median of the repetitions' ratios)\n")
+    pairs = [
+        ("rdmadisk-rdma", "nvme-rdma"),
+        ("rdmadisk-rdma", "rnbd"),
+        ("rdmadisk-tcp", "nvme-tcp"),
+    ]
+    pairs = [p for p in pairs if p[0] in systems and p[1] in systems]
+    md.append("| workload | " + " | ".join(f"{x} ÷ {y}" for x, y in pairs) + " |")
+    md.append("|---|" + "---|" * len(pairs))
+    ratios = {}
+    for job in FIGURES:
+        row = []
+        for x, y in pairs:
+            r = ratio(samples, x, y, job)
+            ratios[f"{x}/{y}/{job}"] = r
+            row.append(fmt(r))
+        md.append(f"| {TITLES[job]} ({FIGURES[job][1]} {UNITS[FIGURES[job][0]]} wins) | " + " | ".join(row) + " |")
+
+    md.append("\n## Queue-depth scaling, 4 KiB random reads (IOPS)\n")
+    qds = [1, 2, 4, 8, 16, 32]
+    scal = {}
+    sc_sys = [s for s in ("rdmadisk-rdma", "nvme-rdma") if s in systems]
+    md.append("| system | " + " | ".join(f"QD{q}" for q in qds) + " | QD16 ÷ QD1 |")
+    md.append("|---|" + "---|" * (len(qds) + 1))
+    for s in sc_sys:
+        vals = [fig(summ, s, f"rr4k_qd{q}", "iops") for q in qds]
+        scal[s] = dict(zip(qds, vals))
+        q16 = vals[qds.index(16)]
+        q1 = vals[0]
+        md.append(f"| {s} | " + " | ".join(fmt(v, 0) for v in vals) + f" | {fmt(q16 / q1 if q16 and q1 else None)} |")
+
+    floor = {s["job"]: s for s in samples if s["system"] == "floor"}
+    md.append("\n## The floor (perftest between the VMs' soft-RoCE devices)\n")
+    if floor:
+        md.append("| test | typical (p50) µs | p99 µs | MB/s |")
+        md.append("|---|---|---|---|")
+        for k, s in floor.items():
+            md.append(f"| {k} | {fmt(s.get('lat_p50_us'), 1)} | {fmt(s.get('lat_p99_us'), 1)} | {fmt(s.get('mb_s'), 1)} |")
+        send, write = floor.get("ib_send_lat_64"), floor.get("ib_write_lat_4096")
+        if send and write:
+            fl = 2 * send["lat_p50_us"] + write["lat_p50_us"]
+            rd = fig(summ, "rdmadisk-rdma", "rr4k_qd1", "lat_p50_us")
+            ratios["rdmadisk-rdma/floor/rr4k_qd1"] = rd / fl if rd else None
+            md.append(
+                f"\nFloor of a 4 KiB read at QD1: a small Send each way and one 4 KiB RDMA Write "
+                f"(2 × ib_send_lat 64 B + ib_write_lat 4 KiB, one-way figures) = {fl:.0f} µs; "
+                f"rdmadisk-rdma's p50 is {fmt(rd, 0)} µs, {fmt(rd / fl if rd else None)} × the floor."
+            )
+    else:
+        md.append("(not measured)")
+    (d / "results.md").write_text("\n".join(md) + "\n")
+    summary_json = {
+        f"{k[0]}/{k[1]}": {f: {"median": v[0], "min": v[1], "max": v[2], "n": v[3]} for f, v in figs.items()}
+        for k, figs in summ.items()
+    }
+    (d / "results.json").write_text(
+        json.dumps(
+            {
+                "date": date,
+                "kernel": a.kernel,
+                "host": a.host,
+                "secs": a.secs,
+                "reps": a.reps,
+                "summary": summary_json,
+                "ratios": ratios,
+                "scaling": scal,
+                "samples": samples,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    plots(d, summ, systems, scal)
+    print((d / "results.md").read_text())
+    return 0
+
+
+def plots(d, summ, systems, scal):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report: no matplotlib, no plots", file=sys.stderr)
+        return
+    # Latency: p50 bars with p99 markers, per QD1 workload.
+    fig_, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, job in zip(axes, ("rr4k_qd1", "rw4k_qd1")):
+        p50 = [fig(summ, s, job, "lat_p50_us") or 0 for s in systems]
+        p99 = [fig(summ, s, job, "lat_p99_us") or 0 for s in systems]
+        x = range(len(systems))
+        ax.bar(x, p50, label="p50")
+        ax.scatter(x, p99, color="black", marker="_", s=400, label="p99")
+        ax.set_xticks(list(x), systems, rotation=30, ha="right")
+        ax.set_ylabel("latency (µs)")
+        ax.set_title(TITLES[job])
+        ax.legend()
+    fig_.tight_layout()
+    fig_.savefig(d / "latency.png", dpi=100)
+    plt.close(fig_)
+    # Throughput: IOPS at QD16, MB/s at 128 KiB.
+    fig_, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for ax, job in zip(axes, ("rr4k_qd16", "sr128k_qd4", "sw128k_qd4")):
+        f = FIGURES[job][0]
+        vals = [fig(summ, s, job, f) or 0 for s in systems]
+        lo = [v - (summ.get((s, job), {}).get(f, (0, 0, 0))[1]) for s, v in zip(systems, vals)]
+        hi = [(summ.get((s, job), {}).get(f, (0, 0, 0))[2]) - v for s, v in zip(systems, vals)]
+        ax.bar(range(len(systems)), vals, yerr=[lo, hi], capsize=4)
+        ax.set_xticks(range(len(systems)), systems, rotation=30, ha="right")
+        ax.set_ylabel(UNITS[f])
+        ax.set_title(TITLES[job])
+    fig_.tight_layout()
+    fig_.savefig(d / "iops.png", dpi=100)
+    plt.close(fig_)
+    if scal:
+        fig_, ax = plt.subplots(figsize=(6, 4))
+        for s, byq in scal.items():
+            qs = [q for q, v in byq.items() if v]
+            ax.plot(qs, [byq[q] for q in qs], marker="o", label=s)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("iodepth")
+        ax.set_ylabel("IOPS (4 KiB random reads)")
+        ax.set_title("Queue-depth scaling")
+        ax.legend()
+        fig_.tight_layout()
+        fig_.savefig(d / "scaling.png", dpi=100)
+        plt.close(fig_)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

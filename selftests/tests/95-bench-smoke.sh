@@ -1,0 +1,46 @@
+# make bench's harness in one short pass, so that it cannot rot: every system brought up on one
+# block device of the storage VM (here a loop device over a tmpfs file: this test bed has no RAM
+# disk), one 2-second 4 KiB random-read job on each, the perftest floor of one test, and the
+# report with its ratios and plots.
+#
+# Acceptance: every system maps and gives a sample with IOPS above zero; the report names each
+# ratio and draws the plots; everything is torn down (nvme, rnbd, the disk, the loop device).
+
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+source "$TB_REPO/selftests/tests/lib/disk.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/transport.sh
+source "$TB_REPO/selftests/tests/lib/transport.sh"
+# shellcheck source-path=SCRIPTDIR source=../bench/peers-lib.sh
+source "$TB_REPO/selftests/bench/peers-lib.sh"
+if ! dk_build; then return 0 2>/dev/null || exit 0; fi
+
+systems="rdmadisk-rdma nvme-rdma rnbd rdmadisk-tcp nvme-tcp"
+BP_SECS=2
+out=$TB_DIR/bench-smoke
+rm -rf "$out" && mkdir -p "$out"
+BP_SAMPLES=$out/samples.jsonl
+: >"$BP_SAMPLES"
+# shellcheck disable=SC2086 # a list of words
+bp_backing && bp_setup $systems
+if ! res $? "bench: $systems up on one block device of the storage VM ($BP_BDEV): $(for s in $systems; do echo -n "$s=/dev/${BP_DEV[$s]:-?} "; done)"; then
+  bp_teardown; return 0 2>/dev/null || exit 0
+fi
+ok=0
+for s in $systems; do
+  bp_job "$s" 1 rr4k_qd1 --rw=randread --bs=4k --iodepth=1 || ok=1
+done
+n=$(python3 -c "import json,sys; print(sum(1 for l in open(sys.argv[1]) if json.loads(l)['iops'] > 0))" "$BP_SAMPLES" 2>/dev/null)
+[ $ok = 0 ] && n_eq "${n:-0}" 5
+res $? "bench: a 4 KiB random-read sample with IOPS above zero from each system (got ${n:-0} of 5)"
+BP_FLOOR_TESTS=ib_send_lat:64 bp_floor
+grep -q '"job": "ib_send_lat_64"' "$BP_SAMPLES"
+res $? "bench: the perftest floor (ib_send_lat 64 B) gives a sample"
+bp_teardown
+left=$(on compute "ls /sys/class/nvme 2>/dev/null | wc -l; ls /sys/block | grep -c '^rnbd'; ls /sys/block | grep -c '^rdmadisk'" | tr '\n' ' ')
+sleft=$(on storage "ls /sys/kernel/config/nvmet/ports /sys/kernel/config/nvmet/subsystems 2>/dev/null | grep -vc '^\(/.*:\)\?$'; losetup -a | wc -l" | tr '\n' ' ')
+[ "$left" = "0 0 0 " ] && [ "$sleft" = "0 0 " ]
+res $? "bench: torn down (compute: nvme controllers, rnbd and rdmadisk disks left: $left; storage: nvmet ports and subsystems, loop devices left: $sleft)"
+/usr/bin/python3 "$TB_REPO/selftests/bench/report.py" "$out" --kernel "$(on compute "uname -r")" --host smoke --secs 2 --reps 1 --backing "$BP_KIND" >"$out/report.log" 2>&1 &&
+  grep -q 'rdmadisk-rdma ÷ nvme-rdma' "$out/results.md" && grep -q 'rdmadisk-tcp ÷ nvme-tcp' "$out/results.md" &&
+  [ -s "$out/latency.png" ] && [ -s "$out/iops.png" ] && [ -s "$out/results.json" ]
+res $? "bench: the report has the same-run ratios, results.json and the plots" || sed 's/^/  /' "$out/report.log"
