@@ -13,7 +13,7 @@ log() { printf '[deps] %s\n' "$*"; }
 PKGS=(
   "rustc-web=$RUSTC_WEB_VER" "rust-web-src=$RUSTC_WEB_VER" "libstd-rust-web-dev=$RUSTC_WEB_VER"
   linux-source-6.12 flex bison bc libelf-dev libssl-dev cpio kmod xz-utils
-  libclang-dev clang cmake pkg-config
+  libclang-dev clang cmake pkg-config patch
   qemu-system-x86 busybox-static
   rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev librdmacm1 rdmacm-utils
   perftest iproute2 fio libaio-dev dpkg-dev e2fsprogs nftables iptables kmod procps psmisc

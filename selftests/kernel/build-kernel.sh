@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Builds (once) the Rust-enabled 6.12 test kernel into a cache outside the clone, keyed by
-# the config fragment, this recipe and the source version. Prints the tree's path last.
+# the config fragment, the patches, this recipe and the source version. Prints the tree's
+# path last.
+#
+# patches/ holds fixes to soft-RoCE and the IB core that the test bed's fault injection
+# reaches (a WARN in either fails the suite); each patch's header says what it fixes. They
+# apply to the test kernel only: the module itself needs none of them.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${RDMADISK_CACHE:-$HOME/.cache/rdmadisk}
 SRC_TAR=/usr/src/linux-source-6.12.tar.xz
 FRAGMENT=$HERE/rdmadisk.config
+PATCHES=("$HERE"/patches/*.patch)
 JOBS=${JOBS:-$(nproc)}
 KMAKE=(make RUSTC=/usr/bin/rustc BINDGEN="$CACHE/bin/bindgen" HOSTRUSTC=/usr/bin/rustc)
 
@@ -15,8 +21,16 @@ log() { printf '[kernel] %s\n' "$*" >&2; }
 "$HERE/../host/deps.sh" >&2
 
 srcver=$(dpkg-query -W -f='${Version}' linux-source-6.12)
-key=$( { cat "$FRAGMENT" "$0"; echo "$srcver"; } | sha256sum | cut -c1-16)
+key=$( { cat "$FRAGMENT" "$0" "${PATCHES[@]}"; echo "$srcver"; } | sha256sum | cut -c1-16)
 tree=$CACHE/linux-$key
+# One builder per tree: a second run (another clone, CI) waits here and then finds the tree
+# built, instead of unpacking over a half-built one.
+mkdir -p "$CACHE"
+exec 9>"$tree.lock"
+if ! flock -n 9; then
+  log "another build of $tree is running; waiting for its lock"
+  flock 9
+fi
 if [ -f "$tree/.rdmadisk-built" ]; then
   log "cached kernel tree $tree (source $srcver)"
   echo "$tree"
@@ -29,6 +43,10 @@ mkdir -p "$tree"
 log "unpacking $SRC_TAR"
 tar -xf "$SRC_TAR" -C "$tree" --strip-components=1
 cd "$tree"
+for p in "${PATCHES[@]}"; do
+  log "applying $(basename "$p")"
+  patch -p1 --quiet --forward < "$p" || { log "ERROR: $(basename "$p") does not apply"; exit 1; }
+done
 
 log "configuring: x86_64_defconfig + virtme-ng guest options + $(basename "$FRAGMENT")"
 "${KMAKE[@]}" -s x86_64_defconfig
