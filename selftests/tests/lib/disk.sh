@@ -234,6 +234,28 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
   tr '\n' ' ' <<<"$2" | fold -s -w 110 | sed "s/^/  $1: /"; echo
 }
 
+# A healthy link should see no connection reset. One kind is seen, rarely, under soft-RoCE in
+# TCG: the client's QP enters the error state with no error completion of its own, the first
+# sign being a flushed Send; the queue resets, requeues and reconnects in half a second, and
+# nothing is lost. dk_resets_ok NAME lets only that kind through: status 0 when the disk made
+# no reconnect and requeued nothing, or when every reset the driver logged for NAME was that
+# one, no Send or Receive completed with an error of its own, and reconnects did not exceed
+# the resets logged. Uses DK_CS (dk_csnap first); sets DK_RESETS, a text for the TAP line.
+dk_resets_ok() {
+  local name=$1 counts resets flushed failed send_err
+  counts=$(on compute "dmesg | awk '
+    /$name: queue [0-9]* \\(RDMA, set [0-9]*\\): .*resetting the connection/ { n++; if (/: a Send failed or was flushed; resetting/) f++ }
+    /$name: queue [0-9]*: (Send of slot [0-9]* failed|a Receive failed):/ { e++ }
+    END { print n + 0, f + 0, e + 0 }'")
+  read -r resets flushed failed <<<"$counts"
+  # soft-RoCE moves a QP to the error state when it cannot hand a packet to the network
+  # stack (a full qdisc, a device down), and reports that only in its send_err counter.
+  send_err=$(on compute "rdma statistic show link rxe0/1 2>/dev/null" | sed -n 's/.* send_err \([0-9]*\).*/\1/p')
+  DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?}, a flushed Send ${flushed:-?}, completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
+  n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0 && return 0
+  n_eq "${resets:-x}" "${flushed:-y}" && n_eq "${failed:-x}" 0 && n_le "$(cstat reconnects)" "$resets"
+}
+
 # ---------------------------------------------------------------- what landed on the storage VM
 # fio's verify and the tests' checksums read the data back through the same driver that wrote
 # it, so a consistent offset bug (writes and reads both going to the same wrong place) would

@@ -5,18 +5,19 @@
 # by `make soak N=...` (selftests/soak.sh), which also writes docs/reliability.md.
 # Sourced after lib/disk.sh, lib/transport.sh and lib/ext4.sh.
 #
-# Every fault episode is a window in the compute VM's clock (seconds since boot, as dmesg
-# stamps lines): $TB_DIR/$DK_ID.windows has "KIND N START END RECOVERED HEALED" (HEALED: rxe0 had
-# to be re-created, see tb_qp1_heal). A VM-side sampler logs
+# Every fault episode is a window in each VM's clock (seconds since boot, as dmesg stamps
+# lines): $TB_DIR/$DK_ID.windows has "KIND N START END RECOVERED HEALED S_START S_END" (START
+# and END on the compute VM, S_START and S_END on the storage VM; HEALED: rxe0 had to be
+# re-created, see tb_qp1_heal). A VM-side sampler logs
 # both disks' completed requests every 0.2 s, and each fio round its start, end and result, so
 # soak_report can give, per fault kind, the I/O errors, verify failures, longest stall and
-# kernel splats inside its windows.
+# kernel splats inside its windows on either VM.
 
 SOAK_KINDS=${SOAK_KINDS:-"nic link netem kill stop corrupt flip failback"}
 SOAK_MARK=/run/rdmadisk-tests/refuse-rdma
 SOAK_RECOVER_S=${SOAK_RECOVER_S:-120}
 
-soak_uptime() { on compute "read -r u _ </proc/uptime; echo \$u"; }
+soak_uptime() { on "${1:-compute}" "read -r u _ </proc/uptime; echo \$u"; }
 
 # soak_setup: target with two exports, disks d90 (fio) and e90 (ext4), the sampler and the
 # fio rounds. Sets SOAK_D, SOAK_E.
@@ -138,13 +139,13 @@ soak_fault() {
 # each other kind, which under TCG fits in about two hours; 100 of every kind would take
 # more than half a day.
 soak_run() {
-  local n=$1 every=${SOAK_EVERY:-1} i k t0 t1 ok healed qp1 t_start=$SECONDS main
+  local n=$1 every=${SOAK_EVERY:-1} i k t0 t1 s0 s1 ok healed qp1 t_start=$SECONDS main
   main=${SOAK_KINDS%% *}
   for ((i = 1; i <= n; i++)); do
     for k in $SOAK_KINDS; do
       [ "$k" = "$main" ] || (( i % every == 0 )) || continue
       SOAK_EP="$k #$i"
-      t0=$(soak_uptime)
+      t0=$(soak_uptime); s0=$(soak_uptime storage)
       soak_fault "$k"; ok=$?
       healed=0
       if ! soak_recovered; then
@@ -161,8 +162,8 @@ soak_run() {
           ok=1
         fi
       fi
-      t1=$(soak_uptime)
-      echo "$k $i $t0 $t1 $([ $ok = 0 ] && echo yes || echo no) $healed" >>"$TB_DIR/$DK_ID.windows"
+      t1=$(soak_uptime); s1=$(soak_uptime storage)
+      echo "$k $i $t0 $t1 $([ $ok = 0 ] && echo yes || echo no) $healed $s0 $s1" >>"$TB_DIR/$DK_ID.windows"
     done
     echo "  soak cycle $i/$n done ($((SECONDS - t_start)) s)"
   done
@@ -203,15 +204,15 @@ soak_finish() {
 }
 
 # soak_report: the per-kind table (markdown) from the windows, the sampler, the fio rounds and
-# the kernel log.
+# both VMs' kernel logs.
 soak_report() {
-  python3 - "$TB_DIR/$DK_ID.windows" "$TB_DIR/$DK_ID.sampler.log" "$TB_DIR/compute.kmsg" "$TB_SPLAT_RE" "$TB_DIR/$DK_ID.rounds" <<'PY'
+  python3 - "$TB_DIR/$DK_ID.windows" "$TB_DIR/$DK_ID.sampler.log" "$TB_DIR/compute.kmsg" "$TB_SPLAT_RE" "$TB_DIR/$DK_ID.rounds" "$TB_DIR/storage.kmsg" <<'PY'
 import glob, re, sys
-wfile, sfile, kfile, splat_re, rounds = sys.argv[1:6]
+wfile, sfile, kfile, splat_re, rounds, skfile = sys.argv[1:7]
 wins = []
 for l in open(wfile):
-    k, i, a, b, ok, healed = (l.split() + ["0"])[:6]
-    wins.append((k, float(a), float(b), ok == "yes", int(healed)))
+    k, i, a, b, ok, healed, sa, sb = l.split()[:8]
+    wins.append((k, float(a), float(b), ok == "yes", int(healed), float(sa), float(sb)))
 samples = []
 for l in open(sfile):
     p = l.split()
@@ -232,11 +233,14 @@ def stall(a, b):
             m = max(m, min(b, samples[-1][0]) - last_t)
     return m
 splat = re.compile(splat_re)
-kmsg = []
-for l in open(kfile, errors="replace"):
-    m = re.match(r"\[\s*([0-9.]+)\]", l)
-    if m and splat.search(l):
-        kmsg.append(float(m.group(1)))
+def splats(path):
+    out = []
+    for l in open(path, errors="replace"):
+        m = re.match(r"\[\s*([0-9.]+)\]", l)
+        if m and splat.search(l):
+            out.append(float(m.group(1)))
+    return out
+kmsg, skmsg = splats(kfile), splats(skfile)
 rds = []
 for f in glob.glob(rounds + ".r*.rc"):
     rc, a, b = open(f).read().split()[:3]
@@ -255,7 +259,8 @@ for k in kinds:
     errs = len({id(r) for x in w for r in over(x[1], x[2]) if r[0] != 0})
     ver = len({id(r) for x in w for r in over(x[1], x[2]) if r[3]})
     st = max((stall(x[1], x[2]) for x in w), default=0)
-    sp = sum(1 for t in kmsg for x in w if x[1] - 1 <= t <= x[2] + 1)
+    sp = sum(1 for t in kmsg for x in w if x[1] - 1 <= t <= x[2] + 1) + \
+        sum(1 for t in skmsg for x in w if x[5] - 1 <= t <= x[6] + 1)
     rec = sum(1 for x in w if x[3])
     heal = sum(x[4] for x in w)
     print(f"| {k} | {len(w)} | {rec} | {errs} | {ver} | {st:.1f} | {sp} | {heal} |")
