@@ -166,6 +166,66 @@ PY
   tail -n1 "$BP_SAMPLES" | python3 -c "import json,sys; s=json.load(sys.stdin); print(f\"  {s['system']:14} {s['job']:10} rep {s['rep']}: {s['iops']:8.0f} IOPS {s['mb_s']:7.1f} MB/s  p50 {s['lat_p50_us']:7.0f} us  p99 {s['lat_p99_us']:7.0f} us  cpu/io {s['cpu_us_per_io'] or 0:6.0f} us\")"
 }
 
+# bp_gap SYSTEM: NIC servicing under load, for rdmadisk-rdma and nvme-rdma. fio 4 KiB random
+# reads at QD1 on SYSTEM's device, logging every completion, while the compute VM's rxe0 is
+# deleted 10 s in and added back (once rdmadisk is on TCP; 20 s later for nvme-rdma, whose
+# host deletes the controllers of a removed device). Appends a sample: the longest gap between
+# two completions, the completions, fio's error if it stopped on one, and whether the device
+# is still there. The deletion reaches every RDMA system: run it last.
+bp_gap() {
+  local sys=$1 dev=${BP_DEV[$1]} log=$TB_DIR/bench-gap-$1 secs=${BENCH_GAP_SECS:-60} base
+  if [ "$sys" = rdmadisk-rdma ]; then
+    on compute "echo auto >/sys/block/$dev/rdmadisk/transport" || return 1
+    tr_wait "gap-auto" "$dev" 120 rdma >/dev/null || { echo "  rdmadisk: not on RDMA under auto: $TR_WAIT"; return 1; }
+  fi
+  on compute "rm -f ${log}_*.log $log.json $log.rc
+setsid bash -c 'fio --name=gap --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
+  --rw=randread --bs=4k --iodepth=1 --time_based --runtime=$secs --write_lat_log=$log --log_avg_msec=0 \
+  --output-format=json --output=$log.json >$log.err 2>&1; echo \$? >$log.rc' </dev/null >/dev/null 2>&1 &" >/dev/null
+  sleep 12
+  if [ "$sys" = rdmadisk-rdma ]; then
+    base=$(tr_stat "$dev" tcp_ios)
+    TR_PRE="rdma link delete $TR_RXE || exit 1"
+    tr_wait gap-tcp "$dev" 60 tcp tcp_ios "${base:-0}" >/dev/null
+    bp_log "$sys: rxe0 deleted; on TCP: $TR_WAIT"
+    base=$(tr_stat "$dev" rdma_ios)
+    TR_PRE="rdma link add $TR_RXE type rxe netdev $(tr_nic) || exit 1"
+    tr_wait gap-rdma "$dev" 60 rdma rdma_ios "${base:-0}" >/dev/null
+    TR_PRE=
+    bp_log "$sys: rxe0 added back; on RDMA: $TR_WAIT"
+  else
+    on compute "rdma link delete $TR_RXE" >/dev/null
+    sleep 20
+    bp_log "$sys: rxe0 deleted 20 s ago; /dev/$dev $(on compute "test -b /dev/$dev && echo is there || echo is gone")"
+  fi
+  tr_rxe_restore
+  on compute "for i in \$(seq $((secs + 60))); do [ -s $log.rc ] && exit 0; sleep 1; done; exit 1" >/dev/null
+  local left
+  left=$(on compute "test -b /dev/$dev && echo true || echo false")
+  python3 - "$log" "$sys" "$left" >>"$BP_SAMPLES" <<'PY' || { echo "  no gap sample for $sys"; return 1; }
+import json, sys
+log, sysname, left = sys.argv[1:]
+try:
+    t = sorted(int(l.split(",")[0]) for l in open(log + "_clat.1.log") if l.strip())
+except OSError:
+    t = []
+err = None
+try:
+    j = json.load(open(log + ".json"))["jobs"][0]
+    if j.get("error"):
+        err = f"errno {j['error']}"
+except (OSError, ValueError, KeyError, IndexError):
+    err = "no fio result"
+rc = open(log + ".rc").read().strip()
+if rc != "0" and err is None:
+    err = f"fio exit {rc}"
+gap = max((b - a for a, b in zip(t, t[1:])), default=None)
+print(json.dumps({"system": sysname, "job": "nic_gap", "rep": 0, "gap_ms": gap, "completions": len(t),
+                  "fio_error": err, "device_left": left == "true"}))
+PY
+  tail -n1 "$BP_SAMPLES" | sed 's/^/  /'
+}
+
 # The workloads: NAME FIO-ARGS.
 # shellcheck disable=SC2034 # used by bench/peers.sh
 BP_WORKLOADS=(

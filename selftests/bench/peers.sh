@@ -9,7 +9,9 @@
 #   4 KiB random reads and writes at queue depth 1 (p50, p99 latency), 4 KiB random reads at
 #     depth 16 (IOPS), 128 KiB sequential reads and writes at depth 4 (MB/s), with the client
 #     VM's CPU time per I/O, for every system;
-#   4 KiB random reads at depths 2, 4, 8 and 32 too for rdmadisk-rdma and nvme-rdma.
+#   4 KiB random reads at depths 2, 4, 8 and 32 too for rdmadisk-rdma and nvme-rdma;
+#   last, the longest I/O gap while the compute VM's RDMA device is deleted and added back,
+#     under 4 KiB random reads at QD1, for nvme-rdma and rdmadisk-rdma (bp_gap).
 # Writes selftests/out/bench/: samples.jsonl (every sample), results.json, results.md (medians,
 # spreads and same-run ratios) and PNG plots; a committed set is to go to docs/bench/.
 # BENCH_SYSTEMS narrows the systems (default: all five). Not a pass/fail test.
@@ -58,6 +60,13 @@ for ((rep = 1; rep <= REPS; rep++)); do
       bp_job "$s" "$rep" "rr4k_qd$qd" --rw=randread --bs=4k --iodepth="$qd" || { bp_teardown; exit 1; }
     done
   done
+done
+# NIC servicing under load, last: deleting rxe0 reaches every RDMA system, and nvme-rdma's
+# host deletes its controller, so nvme-rdma goes first and rdmadisk after it.
+for s in nvme-rdma rdmadisk-rdma; do
+  [[ " $SYSTEMS " == *" $s "* ]] || continue
+  bp_log "NIC servicing under fio: $s"
+  bp_gap "$s" || bp_log "$s: no gap sample"
 done
 if [ -n "${DK_DEV:-}" ]; then
   dk_csnap "$DK_DEV"

@@ -152,6 +152,18 @@ def main():
         q1 = vals[0]
         md.append(f"| {s} | " + " | ".join(fmt(v, 0) for v in vals) + f" | {fmt(q16 / q1 if q16 and q1 else None)} |")
 
+    gaps = [s for s in samples if s["job"] == "nic_gap"]
+    if gaps:
+        md.append("\n## NIC servicing under load (rxe0 deleted and added back under 4 KiB random reads at QD1)\n")
+        md.append("| system | longest I/O gap (ms) | completions | fio stopped on an error | device still there |")
+        md.append("|---|---|---|---|---|")
+        for s in gaps:
+            md.append(
+                f"| {s['system']} | {fmt(s.get('gap_ms'), 0)} | {s.get('completions')} | "
+                f"{s.get('fio_error') or 'no'} | {'yes' if s.get('device_left') else 'no'} |"
+            )
+            ratios[f"{s['system']}/nic_gap_ms"] = s.get("gap_ms")
+
     floor = {s["job"]: s for s in samples if s["system"] == "floor"}
     md.append("\n## The floor (perftest between the VMs' soft-RoCE devices)\n")
     if floor:
