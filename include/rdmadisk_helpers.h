@@ -24,6 +24,7 @@ struct bio_vec;
 struct bvec_iter;
 struct gendisk;
 struct kobject;
+struct page;
 
 void rdmadisk_read_lock_bh(rwlock_t *lock);
 void rdmadisk_read_unlock_bh(rwlock_t *lock);
@@ -70,6 +71,8 @@ void rdmadisk_bio_iter_iovec(struct bio *bio, const struct bvec_iter *iter,
 void rdmadisk_bio_advance_iter_single(const struct bio *bio, struct bvec_iter *iter,
 				      unsigned int bytes);
 void *rdmadisk_bvec_kmap_local(struct bio_vec *bv);
+/* Whether TCP may take references to these page bytes instead of copying them (rust/socket.rs). */
+bool rdmadisk_sendpages_ok(struct page *page, size_t len, size_t offset);
 void rdmadisk_kunmap_local(const void *addr);
 struct kobject *rdmadisk_disk_kobj(struct gendisk *disk);
 unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms);

@@ -137,6 +137,11 @@ void *rdmadisk_bvec_kmap_local(struct bio_vec *bv)
 	return bvec_kmap_local(bv);
 }
 
+bool rdmadisk_sendpages_ok(struct page *page, size_t len, size_t offset)
+{
+	return sendpages_ok(page, len, offset);
+}
+
 void rdmadisk_kunmap_local(const void *addr)
 {
 	kunmap_local(addr);

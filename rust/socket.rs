@@ -8,9 +8,13 @@
 //! `sk_data_ready` / `sk_state_change` callbacks, which [`TcpSocket::hook`] forwards to a
 //! [`SockEvents`] (as nvme-tcp does, under `sk_callback_lock`).
 //!
-//! Sends copy the data into the socket (`kernel_sendmsg` with a `kvec`): the transport completes
-//! a write once the target answers, and a retransmission after that must not read pages the
-//! block layer has already handed back.
+//! Headers are copied into the socket (`kernel_sendmsg` with a `kvec`). A write's data pages
+//! are spliced (`MSG_SPLICE_PAGES`, as nvme-tcp does): TCP takes its own page references and
+//! sends from the pages, with no copy. That is safe after the request ends: the target answers
+//! a write only once it has received all of its data, so by then TCP has had to retransmit
+//! nothing more, and a spurious retransmission the target's TCP drops as a duplicate whatever
+//! the page holds then. Pages TCP may not take a reference to (slab memory, `sendpages_ok`)
+//! are copied from the same iterator instead.
 //!
 //! Sockets are reclaim-safe (GFP_NOIO, `sk_set_memalloc`) and close abortively.
 
@@ -24,6 +28,7 @@ use core::{
 use kernel::{ffi, prelude::*, sync::Arc, time::msecs_to_jiffies};
 
 use super::bindings as b;
+use super::blk_mq::DataPage;
 
 /// What a hooked socket reports. Both run in atomic context (softirq, under the socket's
 /// callback lock): they must not sleep, and typically queue a work item.
@@ -52,8 +57,8 @@ pub(crate) struct TcpSocket<T: SockEvents> {
 // receive from different threads is what kernel sockets support. The hook is only installed
 // and removed through `&mut self`.
 unsafe impl<T: SockEvents> Send for TcpSocket<T> {}
-// SAFETY: See `Send`; the `&self` methods are `kernel_sendmsg`, `kernel_recvmsg` and
-// `kernel_sock_shutdown`, which may run concurrently.
+// SAFETY: See `Send`; the `&self` methods are `kernel_sendmsg`, `sock_sendmsg`,
+// `kernel_recvmsg` and `kernel_sock_shutdown`, which may run concurrently.
 unsafe impl<T: SockEvents> Sync for TcpSocket<T> {}
 
 fn check(ret: ffi::c_int) -> Result<usize> {
@@ -177,6 +182,48 @@ impl<T: SockEvents> TcpSocket<T> {
                 return Err(EPIPE);
             }
             buf = &buf[n.min(buf.len())..];
+        }
+        Ok(())
+    }
+
+    /// Sends the bytes of `page`, blocking up to the send timeout, without copying them where
+    /// the kernel allows (see the module's comment). `more` as for [`TcpSocket::send`].
+    pub(crate) fn send_page(&self, page: &DataPage<'_>, more: bool) -> Result {
+        let len = page.len();
+        let mut done = 0;
+        while done < len {
+            let mut bv = page.bv;
+            bv.bv_offset += done as u32;
+            bv.bv_len -= done as u32;
+            // SAFETY: A pure check of the page's flags and count; the page is live (its request
+            // holds it while `page` is borrowed).
+            let splice = unsafe {
+                b::rdmadisk_sendpages_ok(bv.bv_page, bv.bv_len as usize, bv.bv_offset as usize)
+            };
+            // SAFETY: As in `send`; `msg_iter` is set up below.
+            let mut msg: b::msghdr = unsafe { mem::zeroed() };
+            msg.msg_flags = (b::MSG_NOSIGNAL
+                | if more { b::MSG_MORE } else { 0 }
+                | if splice { b::MSG_SPLICE_PAGES } else { 0 }) as _;
+            // SAFETY: `bv` is one live `bio_vec` of `bv_len` bytes within one page, which
+            // outlives the call; the iterator only reads it (ITER_SOURCE).
+            unsafe {
+                b::iov_iter_bvec(
+                    &mut msg.msg_iter,
+                    b::ITER_SOURCE,
+                    &bv,
+                    1,
+                    bv.bv_len as usize,
+                )
+            };
+            // SAFETY: The socket is ours and connected; `msg` describes the page's bytes.
+            // With `MSG_SPLICE_PAGES` TCP takes its own references to the page before
+            // returning, so the page may be handed back afterwards.
+            let n = check(unsafe { b::sock_sendmsg(self.sock.as_ptr(), &mut msg) })?;
+            if n == 0 {
+                return Err(EPIPE);
+            }
+            done += n;
         }
         Ok(())
     }

@@ -512,11 +512,11 @@ impl TcpQueue {
         }
         let mut left = data_len as usize;
         let mut res = Ok(());
-        io.rq.for_each_segment(|seg| {
+        io.rq.for_each_data_page(|page| {
             if res.is_ok() && left > 0 {
-                let seg = &seg[..seg.len().min(left)];
-                left -= seg.len();
-                res = sock.send(seg, left > 0);
+                let page = page.prefix(left);
+                left -= page.len();
+                res = sock.send_page(&page, left > 0);
             }
         });
         res

@@ -29,4 +29,4 @@ mod request;
 pub(crate) use attrs::{DiskAttr, DiskAttrs};
 pub(crate) use disk::{Disk, DiskConfig, Limits};
 pub(crate) use driver::{Driver, HwQueue, TimeoutAction};
-pub(crate) use request::{BlkStatus, ReqOp, Rq, RqRef};
+pub(crate) use request::{BlkStatus, DataPage, ReqOp, Rq, RqRef};

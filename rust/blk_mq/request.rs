@@ -182,18 +182,18 @@ mod raw {
         unsafe { &*ptr::addr_of!((*Area::<P>::of(rq)).pdu) }
     }
 
-    /// Calls `f(address, length)` for each single-page data segment of the request, mapped
-    /// with `kmap_local`, in order (`rq_for_each_segment`).
+    /// Calls `f` with each single-page data segment of the request (a `bio_vec` of one page),
+    /// in order (`rq_for_each_segment`).
     ///
     /// # Safety
     ///
     /// As for the module; in addition the caller must own the request (its bios cannot
     /// complete under us).
-    pub(super) unsafe fn for_each_page(rq: *mut b::request, mut f: impl FnMut(*mut u8, usize)) {
+    pub(super) unsafe fn for_each_bvec(rq: *mut b::request, mut f: impl FnMut(&mut b::bio_vec)) {
         // SAFETY: The caller owns the request, so its bios and their pages stay put; this is
         // `rq_for_each_segment` spelled out: for each bio, copy its iterator, and for each
-        // single-page `bio_vec` it yields, map the page, call `f`, unmap, advance. Discard and
-        // write-zeroes bios carry a size but no pages, hence the `has_data` check.
+        // single-page `bio_vec` it yields, call `f`, then advance. Discard and write-zeroes
+        // bios carry a size but no pages, hence the `has_data` check.
         unsafe {
             if !has_data(rq) {
                 return;
@@ -206,13 +206,55 @@ mod raw {
                     b::rdmadisk_bio_iter_iovec(bio, &iter, bv.as_mut_ptr());
                     let mut bv = bv.assume_init();
                     let len = bv.bv_len;
-                    let addr = b::rdmadisk_bvec_kmap_local(&mut bv).cast::<u8>();
-                    f(addr, len as usize);
-                    b::rdmadisk_kunmap_local(addr.cast());
+                    f(&mut bv);
                     b::rdmadisk_bio_advance_iter_single(bio, &mut iter, len);
                 }
                 bio = (*bio).bi_next;
             }
+        }
+    }
+
+    /// Calls `f(address, length)` for each single-page data segment of the request, mapped
+    /// with `kmap_local`, in order.
+    ///
+    /// # Safety
+    ///
+    /// As for [`for_each_bvec`].
+    pub(super) unsafe fn for_each_page(rq: *mut b::request, mut f: impl FnMut(*mut u8, usize)) {
+        // SAFETY: The caller's promise, passed on; each `bio_vec` is one page of the request,
+        // mapped for the duration of `f` and unmapped before the next.
+        unsafe {
+            for_each_bvec(rq, |bv| {
+                let len = bv.bv_len;
+                let addr = b::rdmadisk_bvec_kmap_local(bv).cast::<u8>();
+                f(addr, len as usize);
+                b::rdmadisk_kunmap_local(addr.cast());
+            })
+        }
+    }
+}
+
+/// One single-page segment of a request's data, by page rather than by address: for handing
+/// the page itself to the network stack (see `socket.rs`). It borrows the request that holds
+/// the page, so it cannot outlive it.
+pub(crate) struct DataPage<'a> {
+    pub(in crate::kapi) bv: b::bio_vec,
+    _rq: PhantomData<&'a ()>,
+}
+
+impl<'a> DataPage<'a> {
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.bv.bv_len as usize
+    }
+
+    /// Its first `n` bytes (all of it if it is shorter).
+    pub(crate) fn prefix(&self, n: usize) -> DataPage<'a> {
+        let mut bv = self.bv;
+        bv.bv_len = bv.bv_len.min(u32::try_from(n).unwrap_or(u32::MAX));
+        DataPage {
+            bv,
+            _rq: PhantomData,
         }
     }
 }
@@ -355,6 +397,21 @@ impl<P: Send + Sync> Rq<P> {
         unsafe {
             raw::for_each_page(self.ptr.as_ptr(), |addr, len| {
                 f(core::slice::from_raw_parts(addr, len))
+            })
+        };
+    }
+
+    /// Calls `f` with each single-page segment of the request's data as a [`DataPage`], in
+    /// order: for sending the pages themselves. Same rules as [`Rq::for_each_segment`].
+    pub(crate) fn for_each_data_page(&self, mut f: impl FnMut(&DataPage<'_>)) {
+        // SAFETY: We own the request, so its bios and their pages stay put while `self` is
+        // borrowed, which each `DataPage` is.
+        unsafe {
+            raw::for_each_bvec(self.ptr.as_ptr(), |bv| {
+                f(&DataPage {
+                    bv: *bv,
+                    _rq: PhantomData,
+                })
             })
         };
     }
