@@ -62,7 +62,7 @@ bench: module userspace
 
 # The full soak: N cycles under verified I/O, NIC servicing in each and every other fault kind
 # in every EVERY-th (default N/10), then permanent target deaths; writes
-# selftests/out/reliability.md. make soak N=100 took 66-69 minutes under TCG (docs/reliability.md).
+# selftests/out/reliability.md. make soak N=100 took 55-69 minutes under TCG (docs/reliability.md).
 N ?= 100
 EVERY ?=
 soak: module userspace
