@@ -44,6 +44,12 @@ BP_SAMPLES=$OUT/samples.jsonl
 # shellcheck disable=SC2086 # a list of words
 if ! bp_backing || ! bp_setup $SYSTEMS; then bp_teardown; exit 1; fi
 
+# A job that fails (fio's I/O error on one system, say) is recorded as failed and the run goes
+# on: one system's fault must not cost the others their figures.
+bp_failed() { # bp_failed SYSTEM REP NAME
+  bp_log "$1 $3 rep $2: no sample (the job failed)"
+  printf '{"system": "%s", "job": "%s", "rep": %s, "error": "the job failed"}\n' "$1" "$3" "$2" >>"$BP_SAMPLES"
+}
 bp_log "floor (perftest)"
 bp_floor
 for ((rep = 1; rep <= REPS; rep++)); do
@@ -51,13 +57,13 @@ for ((rep = 1; rep <= REPS; rep++)); do
   for w in "${BP_WORKLOADS[@]}"; do
     for s in $SYSTEMS; do
       # shellcheck disable=SC2086 # the workload splits into its name and fio arguments
-      bp_job "$s" "$rep" $w || { bp_teardown; exit 1; }
+      bp_job "$s" "$rep" $w || bp_failed "$s" "$rep" $w
     done
   done
   for qd in $BP_SCALING_QD; do
     for s in rdmadisk-rdma nvme-rdma; do
       [[ " $SYSTEMS " == *" $s "* ]] || continue
-      bp_job "$s" "$rep" "rr4k_qd$qd" --rw=randread --bs=4k --iodepth="$qd" || { bp_teardown; exit 1; }
+      bp_job "$s" "$rep" "rr4k_qd$qd" --rw=randread --bs=4k --iodepth="$qd" || bp_failed "$s" "$rep" "rr4k_qd$qd"
     done
   done
 done

@@ -112,7 +112,9 @@ def main():
             cells = []
             for s in systems:
                 v = summ.get((s, job), {}).get(ff)
-                cells.append("–" if not v else f"{v[0]:.0f} ({v[1]:.0f}–{v[2]:.0f})")
+                failed = sum(1 for x in samples if x["system"] == s and x["job"] == job and x.get("error"))
+                cell = "–" if not v else f"{v[0]:.0f} ({v[1]:.0f}–{v[2]:.0f})"
+                cells.append(cell + (f", {failed} failed" if failed else ""))
             md.append(f"| {TITLES[job]}, {UNITS[ff]} | " + " | ".join(cells) + " |")
     for job in FIGURES:
         cells = []
