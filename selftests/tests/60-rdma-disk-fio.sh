@@ -86,7 +86,9 @@ within "$(sum "$(tstat rdma_reads)" "$t_inl")" "$(tstat writes)" && n_le $((26 <
   within "$(tstat bytes_written)" "$(sum "$(tstat rdma_read_bytes)" "$inl_bytes")" bytes &&
   n_le "$c_inl" "$(sum "$t_inl" "$rq")" && n_le "$t_inl" "$(sum "$c_inl" "$rq")"
 res $? "target: every write pulled by RDMA Read or inline, at least 26 MiB (writes=$(tstat writes) rdma_reads=$(tstat rdma_reads), $(tstat rdma_read_bytes) bytes; inline_writes=$t_inl, client's $(cstat inline_writes))"
-n_eq "$(tstat reads)" "$(tstat rdma_writes)" && n_eq "$(tstat rdma_write_bytes)" "$(tstat bytes_read)"
+# A read taken off a reset connection may have been received and its RDMA Write flushed: the
+# target's reads may exceed its RDMA Writes by the requeued requests.
+within "$(tstat rdma_writes)" "$(tstat reads)" && within "$(tstat rdma_write_bytes)" "$(tstat bytes_read)" bytes
 res $? "target: every read pushed by RDMA Write (reads=$(tstat reads) rdma_writes=$(tstat rdma_writes), $(tstat rdma_write_bytes) bytes)"
 # A reset may leave requests the target counted unanswered (their responses flushed), inline
 # writes among them.

@@ -253,6 +253,15 @@ dk_resets_ok() {
   send_err=$(on compute "rdma statistic show link rxe0/1 2>/dev/null" | sed -n 's/.* send_err \([0-9]*\).*/\1/p')
   DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?}, a flushed Send ${flushed:-?}, completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
   n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0 && return 0
+  # A reset happened: what each side logged around it, and every soft-RoCE counter that is
+  # not 0 on each side, so the next one can be attributed.
+  on compute "dmesg | grep -E '$name: queue [0-9]*' | tail -n 12" | indent "compute: "
+  on storage "grep -vE 'rdma listening|tcp listening' $DK_TLOG 2>/dev/null | tail -n 12" | indent "target log: "
+  for vm in compute storage; do
+    on $vm "rdma statistic show link rxe0/1 2>/dev/null" | tr ' ' '\n' |
+      awk 'p { if ($1 != "0") printf "%s=%s ", k, $1; p = 0; next } /^[a-z_]+$/ && $1 != "link" { k = $1; p = 1 }
+        END { print "" }' | indent "$vm rxe0: "
+  done
   n_eq "${resets:-x}" "${flushed:-y}" && n_eq "${failed:-x}" 0 && n_le "$(cstat reconnects)" "$resets"
 }
 
