@@ -28,7 +28,7 @@ use crate::export::{Export, Hold};
 use crate::fence_table::{ConnFence, Ticket};
 use crate::pool::{Buf, Pool};
 use crate::ring::{Done, Ring};
-use crate::stats::Stats;
+use crate::stats::{micros, Stats};
 
 /// Kinds of ring operations, in the top byte of `user_data`; the rest is an index.
 pub const UD_IO: u64 = 1 << 56;
@@ -65,6 +65,10 @@ pub struct Slot {
     pub status: Status,
     /// CRC32C of a read's data.
     pub crc: u32,
+    /// When the transport handed the request over, and when its backing operation started:
+    /// the service-time counters (`Stats::service_us`, `Stats::backing_us`).
+    arrived: Option<Instant>,
+    io_at: Option<Instant>,
 }
 
 impl Slot {
@@ -87,6 +91,8 @@ impl Slot {
             ticket: None,
             status: Status::Ok,
             crc: 0,
+            arrived: None,
+            io_at: None,
         }
     }
 
@@ -200,6 +206,8 @@ impl Core {
         s.fell_back = false;
         s.crc = 0;
         s.status = Status::Ok;
+        s.arrived = Some(Instant::now());
+        s.io_at = None;
         if let Err(st) = self.t.admit(&self.export, &req, !self.writes) {
             // Still checked: any request of a newer set moves the fence.
             let st = match self.enter(false) {
@@ -353,6 +361,7 @@ impl Core {
         let s = &mut self.slots[i];
         s.op = Some(op);
         s.stage = Stage::Io;
+        s.io_at.get_or_insert_with(Instant::now);
         let ptr = s
             .buf
             .as_mut()
@@ -444,6 +453,10 @@ impl Core {
         };
         // The I/O is over: the fence may move past it.
         s.ticket = None;
+        if let Some(at) = s.io_at.take() {
+            Stats::inc(&st.backing_ops);
+            Stats::add(&st.backing_us, micros(at.elapsed()));
+        }
         self.answer(i, status);
     }
 
@@ -452,6 +465,16 @@ impl Core {
         s.status = status;
         s.stage = Stage::Answer;
         self.to_answer.push_back(i);
+    }
+
+    /// The transport has posted (RDMA) or queued (TCP) slot `i`'s response: the request's
+    /// time in the target ends here.
+    pub fn responded(&mut self, i: usize) {
+        if let Some(at) = self.slots[i].arrived.take() {
+            let st = &self.t.stats;
+            Stats::inc(&st.served);
+            Stats::add(&st.service_us, micros(at.elapsed()));
+        }
     }
 
     /// The transport is done with slot `i` (its response sent): the slot is free again.

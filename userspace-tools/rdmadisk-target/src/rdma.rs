@@ -1015,6 +1015,7 @@ impl Conn {
             return;
         }
         self.pending[j] = 1 + u32::from(late);
+        self.core.responded(j);
         self.on_wire(j, n);
         if n > 0 {
             Stats::inc(&t.stats.rdma_writes);

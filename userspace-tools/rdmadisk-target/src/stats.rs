@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::hostile::Kind;
 
@@ -104,6 +105,16 @@ counters! {
     /// Bytes of data buffers held now, and at most (gauges, rewritten with the stats file).
     buffer_bytes,
     buffer_bytes_peak,
+    /// Responses posted (RDMA) or queued (TCP), and the microseconds their requests spent in
+    /// the target in all, from the transport handing the request over (its receive taken off
+    /// the CQ, its frame parsed) to that point: `service_us / served` is the mean time a
+    /// request spends here, wire time excluded.
+    served,
+    service_us,
+    /// Backing operations completed, and the microseconds between their start and their
+    /// completion in all.
+    backing_ops,
+    backing_us,
     /// Hostile acts (--hostile), all kinds; one counter per kind follows.
     hostile_acts,
     hostile_unknown_tag,
@@ -124,6 +135,11 @@ counters! {
     late_write_succeeded,
     /// Connections reset because a hostile act broke them on purpose (a refused late_write).
     hostile_resets,
+}
+
+/// A duration in whole microseconds, for the time counters.
+pub fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl Stats {

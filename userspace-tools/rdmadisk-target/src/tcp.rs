@@ -790,6 +790,7 @@ impl Conn {
                 }
             }
         }
+        self.core.responded(i);
         self.out.push_back(Out {
             parts,
             slot: Some(i),

@@ -83,6 +83,31 @@ fn write_read_flush_discard_zeroes() {
 }
 
 #[test]
+fn service_time_counters_count_every_answered_request() {
+    let t = Target::start(&[]);
+    let mut c = t.connect_to("rw");
+    let data = pattern(5, 65536);
+    for i in 0..4u32 {
+        assert_eq!(write(&mut c, i, u64::from(i) * 128, &data), Status::Ok);
+        assert_eq!(
+            read(&mut c, 10 + i, u64::from(i) * 128, 65536).0,
+            Status::Ok
+        );
+    }
+    assert_eq!(simple(&mut c, Opcode::Nop, 20, 0, 0), Status::Ok);
+    // 8 backing operations, 9 answers (the NOP's has none); every answer took some time,
+    // and the backing's share of it cannot exceed the whole.
+    assert_eq!(t.counter("served"), 9);
+    assert_eq!(t.counter_now("backing_ops"), 8);
+    let (service, backing) = (t.counter_now("service_us"), t.counter_now("backing_us"));
+    assert!(service > 0, "service_us={service}");
+    assert!(
+        backing <= service,
+        "backing_us={backing} > service_us={service}"
+    );
+}
+
+#[test]
 fn bounds_errors_keep_the_connection() {
     let t = Target::start(&[]);
     let mut c = t.connect_to("rw");
