@@ -32,18 +32,25 @@ unsafe impl Send for ReclaimQueue {}
 unsafe impl Sync for ReclaimQueue {}
 
 impl ReclaimQueue {
-    /// Allocates an unbound `WQ_MEM_RECLAIM` queue named `name`.
+    /// Allocates an unbound `WQ_MEM_RECLAIM` queue named `name`, for work that may sleep long
+    /// (connecting, switching transports).
     pub(crate) fn new(name: &'static CStr) -> Result<Self> {
+        Self::alloc(name, b::wq_flags_WQ_MEM_RECLAIM | b::wq_flags_WQ_UNBOUND)
+    }
+
+    /// Allocates a per-CPU `WQ_MEM_RECLAIM | WQ_HIGHPRI` queue named `name`, for the I/O path's
+    /// short work (as nvme-tcp's `nvme_tcp_wq`): a work item runs on the CPU that queued it (the
+    /// one that took the socket's softirq, or that ran `queue_rq`), ahead of normal tasks,
+    /// instead of waiting for a worker of the unbound pool on another CPU.
+    pub(crate) fn new_io(name: &'static CStr) -> Result<Self> {
+        Self::alloc(name, b::wq_flags_WQ_MEM_RECLAIM | b::wq_flags_WQ_HIGHPRI)
+    }
+
+    fn alloc(name: &'static CStr, flags: b::wq_flags) -> Result<Self> {
         // SAFETY: `"%s"` with a static NUL-terminated `name` is a valid format; 0 asks for the
         // default concurrency.
-        let raw = unsafe {
-            b::alloc_workqueue(
-                c"%s".as_ptr().cast(),
-                b::wq_flags_WQ_MEM_RECLAIM | b::wq_flags_WQ_UNBOUND,
-                0,
-                name.as_char_ptr(),
-            )
-        };
+        let raw =
+            unsafe { b::alloc_workqueue(c"%s".as_ptr().cast(), flags, 0, name.as_char_ptr()) };
         NonNull::new(raw).map(|ptr| Self { ptr }).ok_or(ENOMEM)
     }
 

@@ -47,7 +47,7 @@ impl Registry for DiskTable {
 impl DiskTable {
     pub(crate) fn new() -> Result<Arc<Self>> {
         let session_wq = Arc::new(ReclaimQueue::new(c_str!("rdmadisk"))?, GFP_KERNEL)?;
-        let io_wq = Arc::new(ReclaimQueue::new(c_str!("rdmadisk_io"))?, GFP_KERNEL)?;
+        let io_wq = Arc::new(ReclaimQueue::new_io(c_str!("rdmadisk_io"))?, GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 disks <- new_mutex!([const { None }; MAX_DISKS], "rdmadisk::map::disks"),
