@@ -56,7 +56,8 @@ demo: module userspace
 
 # Benchmarks: figures and same-run ratios, not pass/fail. make bench: rdmadisk against
 # nvme-rdma, nvme-tcp and RNBD on the same link and RAM disk (selftests/out/bench/; the committed
-# set is to go to docs/bench/). BENCH_REPS, BENCH_SECS, BENCH_SYSTEMS narrow it.
+# set is in docs/bench/). BENCH_REPS, BENCH_SECS, BENCH_SYSTEMS, BENCH_JOBS, BENCH_FLOOR=0 and
+# BENCH_GAP=0 narrow it (selftests/bench/peers.sh).
 bench: module userspace
 	@selftests/bench/peers.sh
 

@@ -135,6 +135,10 @@ bp_job() {
   dev=${BP_DEV[$sys]}
   case $sys in rdmadisk-rdma) bp_transport rdma || return 1 ;; rdmadisk-tcp) bp_transport tcp || return 1 ;; esac
   out=$TB_DIR/bench-$sys-$name-$rep
+  # rdmadisk's own target counts the time each request spends in it (served, service_us,
+  # backing_us): the job's share of those says where its latency goes.
+  local ts0=
+  if [[ $sys == rdmadisk-* ]]; then dk_tsnap; ts0=$DK_TS; fi
   on compute "$DK_VM_DEFS
 rm -f $out.json $out.cpu
 timeout $((BP_SECS + 120)) fio --name=$name --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
@@ -146,14 +150,36 @@ pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
 read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat
 echo \$((a + b + c + f + g - s0)) \$((r + w - n0)) \$(getconf CLK_TCK) >$out.cpu
 wait \$p || { cat $out.err; exit 1; }" || return 1
-  python3 - "$out" "$sys" "$rep" "$name" "$*" >>"$BP_SAMPLES" <<'PY' || { echo "  no sample: $out.json unreadable"; return 1; }
+  local tdelta=
+  if [ -n "$ts0" ]; then
+    dk_tsnap
+    local k a b
+    for k in served service_us backing_ops backing_us; do
+      a=$(kv $k "$ts0") b=$(kv $k "$DK_TS")
+      if is_num "$a" && is_num "$b"; then tdelta+="$((b - a)) "; else tdelta=; break; fi
+    done
+  fi
+  python3 - "$out" "$sys" "$rep" "$name" "$*" "$tdelta" >>"$BP_SAMPLES" <<'PY' || { echo "  no sample: $out.json unreadable"; return 1; }
 import json, sys
-out, sysname, rep, name, args = sys.argv[1:]
+out, sysname, rep, name, args, tdelta = sys.argv[1:]
 j = json.load(open(out + ".json"))["jobs"][0]
 busy, window_ios, hz = (int(x) for x in open(out + ".cpu").read().split())
 ddir = "write" if j["write"]["io_kbytes"] > j["read"]["io_kbytes"] else "read"
 d = j[ddir]
 pct = d["clat_ns"].get("percentile", {})
+
+
+def target_split(tdelta):
+    """The mean time a request spent in rdmadisk's target, and in its backing I/O (us)."""
+    if not tdelta.split():
+        return {}
+    served, service_us, backing_ops, backing_us = (int(x) for x in tdelta.split())
+    return {
+        "target_us": service_us / served if served > 0 else None,
+        "backing_us": backing_us / backing_ops if backing_ops > 0 else None,
+    }
+
+
 ios = d["total_ios"]
 print(json.dumps({
     "system": sysname, "rep": int(rep), "job": name, "fio": args, "dir": ddir,
@@ -161,6 +187,7 @@ print(json.dumps({
     "lat_mean_us": d["clat_ns"]["mean"] / 1000,
     "lat_p50_us": pct.get("50.000000", 0) / 1000, "lat_p99_us": pct.get("99.000000", 0) / 1000,
     "ios": ios, "cpu_us_per_io": busy * 1e6 / hz / window_ios if window_ios else None,
+    **target_split(tdelta),
 }))
 PY
   tail -n1 "$BP_SAMPLES" | python3 -c "import json,sys; s=json.load(sys.stdin); print(f\"  {s['system']:14} {s['job']:10} rep {s['rep']}: {s['iops']:8.0f} IOPS {s['mb_s']:7.1f} MB/s  p50 {s['lat_p50_us']:7.0f} us  p99 {s['lat_p99_us']:7.0f} us  cpu/io {s['cpu_us_per_io'] or 0:6.0f} us\")"

@@ -42,7 +42,7 @@ def summary(samples):
     out = {}
     for key, ss in groups.items():
         figs = {}
-        for f in ("iops", "mb_s", "lat_p50_us", "lat_p99_us", "lat_mean_us", "cpu_us_per_io"):
+        for f in ("iops", "mb_s", "lat_p50_us", "lat_p99_us", "lat_mean_us", "cpu_us_per_io", "target_us", "backing_us"):
             xs = [s[f] for s in ss if s.get(f) is not None]
             if xs:
                 figs[f] = (statistics.median(xs), min(xs), max(xs), len(xs))
@@ -107,7 +107,10 @@ def main():
     md.append("## Figures\n")
     md.append("| workload | " + " | ".join(systems) + " |")
     md.append("|---|" + "---|" * len(systems))
-    for job, (f, _) in FIGURES.items():
+    # Only the workloads this run measured (make bench's BENCH_JOBS may have left some out).
+    jobs = [j for j in FIGURES if any(x["job"] == j for x in samples)]
+    for job in jobs:
+        f = FIGURES[job][0]
         for ff in ([f, "lat_p99_us"] if f == "lat_p50_us" else [f]):
             cells = []
             for s in systems:
@@ -116,7 +119,7 @@ def main():
                 cell = "–" if not v else f"{v[0]:.0f} ({v[1]:.0f}–{v[2]:.0f})"
                 cells.append(cell + (f", {failed} failed" if failed else ""))
             md.append(f"| {TITLES[job]}, {UNITS[ff]} | " + " | ".join(cells) + " |")
-    for job in FIGURES:
+    for job in jobs:
         cells = []
         for s in systems:
             v = summ.get((s, job), {}).get("cpu_us_per_io")
@@ -133,7 +136,7 @@ def main():
     md.append("| workload | " + " | ".join(f"{x} ÷ {y}" for x, y in pairs) + " |")
     md.append("|---|" + "---|" * len(pairs))
     ratios = {}
-    for job in FIGURES:
+    for job in jobs:
         row = []
         for x, y in pairs:
             r = ratio(samples, x, y, job)
@@ -154,12 +157,34 @@ def main():
         q1 = vals[0]
         md.append(f"| {s} | " + " | ".join(fmt(v, 0) for v in vals) + f" | {fmt(q16 / q1 if q16 and q1 else None)} |")
 
+    split = [(s, j) for s in ("rdmadisk-rdma", "rdmadisk-tcp") if s in systems for j in TITLES
+             if fig(summ, s, j, "target_us") is not None]
+    if split:
+        md.append("\n## Where rdmadisk's time goes (medians of the repetitions' means, µs)\n")
+        md.append(
+            "The target counts the time from taking a request off its transport to posting its "
+            "response (`service_us`), and the backing I/O's share of it; the rest of fio's "
+            "latency is the client, the link and soft-RoCE's processing on both VMs.\n"
+        )
+        md.append("| system | workload | fio mean latency | in the target | of it backing I/O | outside the target |")
+        md.append("|---|---|---|---|---|---|")
+        for s, j in split:
+            lat, tgt, bk = (fig(summ, s, j, f) for f in ("lat_mean_us", "target_us", "backing_us"))
+            md.append(
+                f"| {s} | {TITLES[j]} | {fmt(lat, 0)} | {fmt(tgt, 0)} | {fmt(bk, 0)} | "
+                f"{fmt(lat - tgt if lat is not None and tgt is not None else None, 0)} |"
+            )
+
     gaps = [s for s in samples if s["job"] == "nic_gap"]
     if gaps:
         md.append("\n## NIC servicing under load (rxe0 deleted and added back under 4 KiB random reads at QD1)\n")
         md.append("| system | longest I/O gap (ms) | completions | fio stopped on an error | device still there |")
         md.append("|---|---|---|---|---|")
         for s in gaps:
+            if s.get("skipped"):
+                md.append(f"| {s['system']} | not measured: {s['skipped']} | | | |")
+                ratios[f"{s['system']}/nic_gap_ms"] = None
+                continue
             # I/O that failed never came back: the gap between the completions fio logged
             # before the error says nothing then.
             gap = None if s.get("fio_error") else s.get("gap_ms")

@@ -95,6 +95,11 @@ res $? "target: every read pushed by RDMA Write (reads=$(tstat reads) rdma_write
 n_le "$(tstat send_with_inv)" "$t_data" && n_le "$(sub "$t_data" "$rq")" "$(tstat send_with_inv)" &&
   n_le "$(tstat plain_sends)" "$t_nodata" && n_le "$(sub "$t_nodata" "$rq")" "$(tstat plain_sends)"
 res $? "target: every data response but an inline write's a Send-with-Invalidate (send_with_inv=$(tstat send_with_inv) of reads+writes-inline $t_data), data-less ones and inline writes plain Sends (plain_sends=$(tstat plain_sends) of flush+discard+write_zeroes+nop+inline $t_nodata)"
+# Every posted response counts once in `served`, with its time in the target (README of the
+# userspace tools): means, for the record.
+served=$(tstat served)
+n_eq "$served" "$(tsum send_with_inv plain_sends)" && n_gt "$(tstat service_us)" 0 && n_le "$(tstat backing_us)" "$(tstat service_us)"
+res $? "target: served=$served, every response posted (send_with_inv+plain_sends $(tsum send_with_inv plain_sends)); mean time in the target $(is_num "$served" && [ "$served" -gt 0 ] && echo $(($(tstat service_us) / served))) us; mean backing I/O $(is_num "$(tstat backing_ops)" && [ "$(tstat backing_ops)" -gt 0 ] && echo $(($(tstat backing_us) / $(tstat backing_ops)))) us"
 within "$(cstat reads)" "$(tstat reads)" && within "$(cstat writes)" "$(tstat writes)" &&
   within "$(cstat read_bytes)" "$(tstat bytes_read)" bytes && within "$(cstat write_bytes)" "$(tstat bytes_written)" bytes
 res $? "client and target agree: reads $(cstat reads)/$(tstat reads), writes $(cstat writes)/$(tstat writes), bytes read $(cstat read_bytes)/$(tstat bytes_read), written $(cstat write_bytes)/$(tstat bytes_written)"
