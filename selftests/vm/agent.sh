@@ -32,6 +32,12 @@ rdma link add rxe0 type rxe netdev "$nic" || { echo "rdma link add failed" > "$d
 # (seen: a panic in secure_tcp_seq_and_ts_off on the disk's first TCP reconnect).
 python3 -c 'import socket as s; l = s.create_server(("127.0.0.1", 0)); c = s.create_connection(l.getsockname()); l.accept()' ||
   echo "agent $role: the loopback TCP warm-up failed"
+# rdmadisk's TCP sockets move sk_memalloc_socks() from 0 to 1 and back at unload, and each
+# move patches another static key: hold a count of our own from now on, so that they never do
+# (selftests/harness/memalloc; seen: an int3 Oops in __alloc_skb during rmmod rdmadisk).
+if [ "$role" = compute ]; then
+  insmod "$dir/rdmadisk_tb_memalloc.ko" || echo "agent $role: cannot load the memalloc hold"
+fi
 echo "$nic" > "$dir/$role.nic"
 echo "agent $role: $nic $addr, rdma: $(rdma link show 2>&1 | tr '\n' ' ')"
 # The kernel log, streamed to the shared directory as it is written, so that it can be read

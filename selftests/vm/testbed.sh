@@ -37,6 +37,10 @@ tb_boot() {
   fio=$("$TB_REPO/selftests/host/build-fio.sh") || { tb_log "cannot build the test bed's fio"; return 1; }
   export TB_DIR=${TB_DIR:-$TB_REPO/selftests/out/tb.$$}
   rm -rf "$TB_DIR"; mkdir -p "$TB_DIR/cmd.compute" "$TB_DIR/cmd.storage" "$TB_DIR/cmd.compute.done" "$TB_DIR/cmd.storage.done" "$TB_DIR/bin"
+  # The compute VM's agent loads this at boot (selftests/harness/memalloc says why).
+  make -s -C "$kdir" M="$TB_REPO/selftests/harness/memalloc" RUSTC=/usr/bin/rustc modules >/dev/null &&
+    cp "$TB_REPO/selftests/harness/memalloc/rdmadisk_tb_memalloc.ko" "$TB_DIR/" ||
+    { tb_log "cannot build selftests/harness/memalloc"; return 1; }
   # The VMs put $TB_DIR/bin first in PATH (agent.sh): the static fio (build-fio.sh says why).
   ln -s "$fio" "$TB_DIR/bin/fio"
   local pc ps; pc=$(tb_free_port); ps=$(tb_free_port)
