@@ -13,7 +13,7 @@
 #   last, the longest I/O gap while the compute VM's RDMA device is deleted and added back,
 #     under 4 KiB random reads at QD1, for nvme-rdma and rdmadisk-rdma (bp_gap).
 # Writes selftests/out/bench/: samples.jsonl (every sample), results.json, results.md (medians,
-# spreads and same-run ratios) and PNG plots; a committed set is to go to docs/bench/.
+# spreads and same-run ratios) and PNG plots; the committed set is in docs/bench/.
 # BENCH_SYSTEMS narrows the systems (default: all five), BENCH_JOBS the workloads (names as in
 # BP_WORKLOADS, and rr4k_qdN for the scaling depths; default: all); BENCH_FLOOR=0 and
 # BENCH_GAP=0 leave out the floor and the NIC servicing gap. Not a pass/fail test.
