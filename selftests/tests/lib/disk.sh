@@ -256,7 +256,7 @@ dk_resets_ok() {
   # A reset happened: what each side logged around it, and every soft-RoCE counter that is
   # not 0 on each side, so the next one can be attributed.
   on compute "dmesg | grep -E '$name: queue [0-9]*' | tail -n 12" | indent "compute: "
-  on storage "grep -vE 'rdma listening|tcp listening' $DK_TLOG 2>/dev/null | tail -n 12" | indent "target log: "
+  on storage "grep -vE 'rdma listening|tcp listening|^[a-z_0-9]+=[0-9]+$' $DK_TLOG 2>/dev/null | tail -n 12" | indent "target log: "
   for vm in compute storage; do
     on $vm "rdma statistic show link rxe0/1 2>/dev/null" | tr ' ' '\n' |
       awk 'p { if ($1 != "0") printf "%s=%s ", k, $1; p = 0; next } /^[a-z_]+$/ && $1 != "link" { k = $1; p = 1 }
