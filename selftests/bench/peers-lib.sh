@@ -115,9 +115,19 @@ bp_setup() {
   done
 }
 
+# bp_nvme_delete [TRANSPORT]: deletes the bench's nvme controllers on the compute VM (only
+# TRANSPORT's if given).
+bp_nvme_delete() {
+  on compute "for c in /sys/class/nvme/nvme*; do
+  [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] || continue
+  [ -z '${1:-}' ] || [ \"\$(cat \$c/transport 2>/dev/null)\" = '${1:-}' ] || continue
+  echo 1 >\$c/delete_controller
+done; true" >/dev/null 2>&1
+}
+
 bp_teardown() {
-  on compute "for c in /sys/class/nvme/nvme*; do [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] && echo 1 >\$c/delete_controller; done
-for d in /sys/block/rnbd*; do [ -e \$d/rnbd/unmap_device ] && echo force >\$d/rnbd/unmap_device; done; true" >/dev/null 2>&1
+  bp_nvme_delete
+  on compute "for d in /sys/block/rnbd*; do [ -e \$d/rnbd/unmap_device ] && echo force >\$d/rnbd/unmap_device; done; true" >/dev/null 2>&1
   on storage "cd /sys/kernel/config/nvmet 2>/dev/null || exit 0
 for p in ports/*; do rm -f \$p/subsystems/$BP_NQN; rmdir \$p 2>/dev/null; done
 [ -d subsystems/$BP_NQN ] && { echo 0 >subsystems/$BP_NQN/namespaces/1/enable; rmdir subsystems/$BP_NQN/namespaces/1 subsystems/$BP_NQN; }

@@ -88,7 +88,7 @@ for s in nvme-rdma rdmadisk-rdma; do
     why="nvme-rdma is built into this kernel, where removing the RDMA device with a controller connected deadlocks (rdma_cm waits for nvme-rdma's cm_ids before nvme-rdma's removal hook runs)"
     bp_log "NIC servicing: nvme-rdma not measured: $why"
     printf '{"system": "nvme-rdma", "job": "nic_gap", "rep": 0, "skipped": "%s"}\n' "$why" >>"$BP_SAMPLES"
-    on compute "for c in /sys/class/nvme/nvme*; do [ \"\$(cat \$c/transport 2>/dev/null)\" = rdma ] && echo 1 >\$c/delete_controller; done; true" >/dev/null
+    bp_nvme_delete rdma
     continue
   fi
   bp_log "NIC servicing under fio: $s"
