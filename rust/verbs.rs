@@ -207,11 +207,15 @@ pub(crate) enum PollCtx {
     Softirq,
     /// On the IB completion workqueue: handlers may sleep.
     Workqueue,
+    /// Only where [`Cq::process_direct`] is called (blk-mq's poll, a drain): handlers must
+    /// not sleep, and may run on several CPUs at once.
+    Direct,
 }
 
 /// A completion queue polled by the IB core, which calls each work request's handler.
 pub(crate) struct Cq {
     ptr: NonNull<b::ib_cq>,
+    direct: bool,
     _dev: DeviceRef,
 }
 
@@ -231,6 +235,7 @@ impl Cq {
         let ctx = match poll {
             PollCtx::Softirq => b::ib_poll_context_IB_POLL_SOFTIRQ,
             PollCtx::Workqueue => b::ib_poll_context_IB_POLL_WORKQUEUE,
+            PollCtx::Direct => b::ib_poll_context_IB_POLL_DIRECT,
         };
         let entries = i32::try_from(entries).map_err(|_| EINVAL)?;
         let vector = i32::try_from(comp_vector).map_err(|_| EINVAL)?;
@@ -249,6 +254,7 @@ impl Cq {
         Arc::new(
             Self {
                 ptr,
+                direct: matches!(poll, PollCtx::Direct),
                 _dev: dev.clone(),
             },
             GFP_KERNEL,
@@ -262,6 +268,20 @@ impl Cq {
 
     pub(super) fn as_ptr(&self) -> *mut b::ib_cq {
         self.ptr.as_ptr()
+    }
+
+    /// Takes up to `budget` completions of a [`PollCtx::Direct`] CQ and runs their handlers
+    /// here; returns how many. A CQ the IB core polls itself is left to it (0).
+    pub(crate) fn process_direct(&self, budget: u32) -> u32 {
+        if !self.direct {
+            return 0;
+        }
+        let budget = i32::try_from(budget).unwrap_or(i32::MAX);
+        // SAFETY: The CQ is live (we own it until `drop`) and of the direct kind, which the
+        // IB core never polls on its own, so this is the polling the kind asks for; it polls
+        // into a batch on this stack, so concurrent calls are allowed.
+        let n = unsafe { b::ib_process_cq_direct(self.ptr.as_ptr(), budget) };
+        u32::try_from(n).unwrap_or(0)
     }
 }
 

@@ -92,7 +92,9 @@ pub(crate) struct DiskParams {
     /// The target's TCP port (same address as `peer`).
     pub(crate) tcp_port: u16,
     pub(crate) read_only: bool,
+    /// Hardware queues in all; the last `nr_poll_queues` of them are poll queues.
     pub(crate) nr_queues: u16,
+    pub(crate) nr_poll_queues: u16,
     pub(crate) secret: Option<crate::proto::auth::Secret>,
 }
 
@@ -205,6 +207,7 @@ impl DiskDev {
                     peer: p.peer,
                     tcp_port: p.tcp_port,
                     nr_queues: p.nr_queues,
+                    nr_poll_queues: p.nr_poll_queues,
                     // Never 0, which is a probe's.
                     session_id: random::u32() | 1,
                     read_only: p.read_only,
@@ -265,6 +268,10 @@ impl DiskDev {
 
     pub(crate) fn nr_queues(&self) -> u16 {
         self.info.nr_queues
+    }
+
+    pub(crate) fn nr_poll_queues(&self) -> u16 {
+        self.info.nr_poll_queues
     }
 
     pub(crate) fn io_timeout_ms(&self) -> u32 {
@@ -615,5 +622,9 @@ impl Driver for DiskDev {
             q.fail_timeout();
         }
         TimeoutAction::ResetTimer
+    }
+
+    fn poll(&self, hctx: &HwQueue<'_>) -> u32 {
+        self.queue(hctx.index()).map_or(0, |q| q.poll())
     }
 }

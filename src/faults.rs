@@ -21,7 +21,8 @@ use crate::kapi::random;
 pub(crate) enum Fault {
     /// A response is thrown away as if it never arrived (its request times out).
     DropResponse,
-    /// A response is held for `delay_ms` before it is processed.
+    /// A response is held for `delay_ms` before it is processed (not on poll queues, whose
+    /// completions are handled where sleeping is not allowed).
     DelayResponse,
     /// A byte of a read's data is flipped before its CRC is checked (the read is retried).
     /// Never on a request's last try (`io::may_corrupt`).

@@ -103,7 +103,11 @@ pub(crate) struct DiskInfo {
     pub(crate) peer: Peer,
     /// The target's TCP port (same address as `peer`).
     pub(crate) tcp_port: u16,
+    /// Hardware queues, and so connections per set, the poll queues included.
     pub(crate) nr_queues: u16,
+    /// The last this many queues are blk-mq poll queues: their completions are reaped by the
+    /// task that polls for them (and by the health check), not by an interrupt.
+    pub(crate) nr_poll_queues: u16,
     /// Ties the disk's connections together at the target (never 0: 0 is a probe's).
     pub(crate) session_id: u32,
     /// Mapped read-only: its Hellos say so (the target then takes no exclusive hold).
@@ -126,6 +130,11 @@ impl DiskInfo {
     /// The mapping's name, for logs.
     pub(crate) fn name(&self) -> &str {
         self.name.as_str()
+    }
+
+    /// Whether hardware queue `qid` is a poll queue.
+    pub(crate) fn is_poll_queue(&self, qid: u16) -> bool {
+        qid >= self.nr_queues - self.nr_poll_queues
     }
 
     /// [`crate::proto::wire::Hello::flags`] of the disk's connections.

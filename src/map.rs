@@ -125,7 +125,8 @@ impl DiskTable {
     }
 }
 
-/// Handles a `map_device` write: `name= addr= [port=] export= [ro] [queues=] [tcp_port=]`.
+/// Handles a `map_device` write: `name= addr= [port=] export= [ro] [queues=] [poll_queues=]
+/// [tcp_port=] [secret=]`.
 pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
     let opts = Options::parse(input)
         .and_then(|o| {
@@ -150,7 +151,9 @@ pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
         tcp_port: opts.tcp_port.unwrap_or(DEFAULT_TCP_PORT),
         read_only: opts.read_only,
         secret: opts.secret,
-        nr_queues: opts.queues.unwrap_or(1),
+        // The parser keeps the sum within MAX_QUEUES.
+        nr_queues: opts.queues.unwrap_or(1) + opts.poll_queues.unwrap_or(0),
+        nr_poll_queues: opts.poll_queues.unwrap_or(0),
     };
     let dev = table.insert(params)?;
     let res = attach(table, &dev);
@@ -201,6 +204,7 @@ fn attach(table: &DiskTable, dev: &Arc<DiskDev>) -> Result {
     let cfg = DiskConfig {
         index: dev.index,
         nr_hw_queues: u32::from(dev.nr_queues()),
+        nr_poll_queues: u32::from(dev.nr_poll_queues()),
         queue_depth: u32::from(QUEUE_DEPTH),
         timeout_ms: dev.io_timeout_ms(),
         capacity_sectors: reply.capacity_sectors,
@@ -231,13 +235,14 @@ fn attach(table: &DiskTable, dev: &Arc<DiskDev>) -> Result {
     };
     let disk = Disk::new(&cfg, dev.clone(), ATTRS)?;
     pr_info!(
-        "{}: mapped export {} at {} as rdmadisk{}: {} sectors, block size {lbs}, {} queue(s), features {feat:#x}{}\n",
+        "{}: mapped export {} at {} as rdmadisk{}: {} sectors, block size {lbs}, {} queue(s) ({} polled), features {feat:#x}{}\n",
         dev.name(),
         dev.export(),
         dev.peer(),
         dev.index,
         reply.capacity_sectors,
         dev.nr_queues(),
+        dev.nr_poll_queues(),
         if read_only { ", read-only" } else { "" }
     );
     dev.set_disk(disk);

@@ -53,6 +53,15 @@ impl Queue {
         }
     }
 
+    /// Reaps a poll queue's completions for blk-mq's poll; returns how many. TCP's arrive
+    /// through the socket's own work: nothing to reap here.
+    pub(crate) fn poll(&self) -> u32 {
+        match self {
+            Queue::Rdma(q) => q.poll(),
+            Queue::Tcp(_) => 0,
+        }
+    }
+
     pub(crate) fn fail_timeout(&self) {
         match self {
             Queue::Rdma(q) => q.fail_timeout(),

@@ -266,6 +266,8 @@ pub(crate) struct Conn<W: Watcher> {
     // First, so that it is dropped (QP drained and destroyed) before the PD and CQ.
     pub(crate) cm: CmId<ConnEvents<W>>,
     pub(crate) pd: Arc<Pd>,
+    /// The QP's CQ, for a poll queue's own polling ([`PollCtx::Direct`]).
+    pub(crate) cq: Arc<Cq>,
     pub(crate) dev: DeviceRef,
     pub(crate) reply: HelloReply,
 }
@@ -385,5 +387,11 @@ pub(crate) fn connect<W: Watcher>(
         cm.disconnect();
         return Err(errno(kb::ECONNREFUSED));
     }
-    Ok(Conn { cm, pd, dev, reply })
+    Ok(Conn {
+        cm,
+        pd,
+        cq,
+        dev,
+        reply,
+    })
 }

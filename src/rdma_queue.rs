@@ -17,8 +17,9 @@
 //! requeued by the disk's session.
 //!
 //! Everything the completion handlers and `queue_rq` share is under one spinlock; handlers
-//! run on the IB completion workqueue (process context), `queue_rq` under RCU, so nothing
-//! here sleeps under it. Requests are ended outside the lock.
+//! run on the IB completion workqueue (process context), or, on a poll queue, in the task
+//! that polls (blk-mq's poll, under RCU), `queue_rq` under RCU, so nothing here sleeps under
+//! it. Requests are ended outside the lock.
 
 use core::{
     mem,
@@ -33,7 +34,7 @@ use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
 use crate::kapi::frwr::{DmaRq, InvError, InvToken, MrEvent};
 use crate::kapi::rdma_cm::{CmEvent, QpCaps};
-use crate::kapi::verbs::{DeviceId, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
+use crate::kapi::verbs::{Cq, DeviceId, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
 use crate::proto::auth;
 use crate::proto::credits::{CreditReceiver, CreditSender};
 use crate::proto::policy::Transport;
@@ -47,6 +48,9 @@ use crate::stats::Stats;
 
 /// Tags per hardware queue (and so Send buffers, MRs and receives per connection).
 pub(crate) const QUEUE_DEPTH: u16 = 64;
+/// Most completions one poll of a poll queue handles: a full queue's Sends, registrations and
+/// responses; the poller comes back for more.
+const REAP_BUDGET: u32 = 3 * QUEUE_DEPTH as u32;
 /// Pages one MR maps: 1 MiB plus one page for an unaligned start.
 pub(crate) const MR_PAGES: u32 = 257;
 /// Largest request, from the MR size.
@@ -138,6 +142,13 @@ pub(crate) struct RdmaQueue {
     failed: AtomicBool,
     /// The RDMA device the connection is on, once connected (0 before); fixed afterwards.
     dev: AtomicUsize,
+    /// A poll queue: its CQ is polled only by [`Self::poll`], and its handlers run there
+    /// (where they must not sleep), not on the IB completion workqueue.
+    polled: bool,
+    /// A poll queue's CQ while connected. Held while polling, so that `shutdown` takes it
+    /// away only between polls: the CQ is freed in process context, never by a poller.
+    #[pin]
+    reap_cq: SpinLock<Option<Arc<Cq>>>,
     #[pin]
     inner: SpinLock<Inner>,
 }
@@ -214,6 +225,8 @@ impl RdmaQueue {
                 id,
                 failed: AtomicBool::new(false),
                 dev: AtomicUsize::new(DeviceId::NONE.to_bits()),
+                polled: info.is_poll_queue(id.qid),
+                reap_cq <- new_spinlock!(None, "rdmadisk::rdma_queue::reap_cq"),
                 inner <- new_spinlock!(Inner {
                     conn: None,
                     send_credits: CreditSender::new(0),
@@ -249,7 +262,11 @@ impl RdmaQueue {
             },
             // Every work request may complete (unsignalled ones do when flushed), the drain's too.
             cq_entries: SEND_WR + RECV_WR + 2,
-            poll: PollCtx::Workqueue,
+            poll: if q.polled {
+                PollCtx::Direct
+            } else {
+                PollCtx::Workqueue
+            },
             budget_ms,
         };
         let watch = QueueWatch { queue: q.clone() };
@@ -299,8 +316,12 @@ impl RdmaQueue {
             let mut g = q.inner.lock();
             g.send_credits = CreditSender::new(reply.initial_credits);
             g.inline_max = reply.max_inline.min(room);
+            let cq = conn.cq.clone();
             g.conn = Some(conn);
             drop(g);
+            if q.polled {
+                *q.reap_cq.lock() = Some(cq);
+            }
             if reply.features & features::AUTH != 0 {
                 let left = i64::from(budget_ms) - (now_ms() - t0);
                 q.authenticate(&spec.hello(0), &reply, left.max(1000))?;
@@ -413,8 +434,26 @@ impl RdmaQueue {
                 );
                 return Err(crate::rdma_conn::errno(kernel::bindings::ETIMEDOUT));
             }
+            // A poll queue's answer is reaped by its poller: until the disk is live, us.
+            self.poll();
             sleep_ms(5);
         }
+    }
+
+    /// Reaps a poll queue's completions, running their handlers here; returns how many (0 on
+    /// an interrupt-driven queue). Called by blk-mq's poll (under the RCU read lock), the
+    /// health check and the authentication's wait; never sleeps.
+    pub(crate) fn poll(&self) -> u32 {
+        if !self.polled {
+            return 0;
+        }
+        let cq = self.reap_cq.lock();
+        let n = cq.as_ref().map_or(0, |cq| cq.process_direct(REAP_BUDGET));
+        drop(cq);
+        if n > 0 {
+            Stats::add(&self.stats().polled_completions, u64::from(n));
+        }
+        n
     }
 
     fn name(&self) -> &str {
@@ -716,8 +755,9 @@ impl RdmaQueue {
         }
         let faults = &self.host.info().faults;
         let dropped = faults.hit(Fault::DropResponse);
-        if !dropped && faults.hit(Fault::DelayResponse) {
-            // Completion handlers run in process context (IB_POLL_WORKQUEUE).
+        if !dropped && !self.polled && faults.hit(Fault::DelayResponse) {
+            // Completion handlers run in process context (IB_POLL_WORKQUEUE), except a poll
+            // queue's.
             sleep_ms(faults.delay_ms());
         }
         let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
@@ -936,6 +976,9 @@ impl RdmaQueue {
     /// Tears the connection down (waiting for the QP to drain) and hands every request that
     /// was on it to `dispose`. May sleep.
     pub(crate) fn shutdown(&self, mut dispose: impl FnMut(DiskRq)) {
+        // Waits for a poll in progress; the drain below polls the CQ itself.
+        let cq = self.reap_cq.lock().take();
+        drop(cq);
         let conn = {
             let mut g = self.inner.lock();
             self.failed.store(true, Ordering::Release);
@@ -974,6 +1017,9 @@ impl RdmaQueue {
     /// dead path or a frozen target is then found without waiting for the I/O timeout, even
     /// when every credit is in use.
     pub(crate) fn health_check(&self) {
+        // A poll queue nobody polls (no polled I/O in flight) still has its keepalive's answer
+        // to reap, and its credits.
+        self.poll();
         let now = now_ms();
         let info = self.host.info();
         let interval = i64::from(info.keepalive_ms());

@@ -44,6 +44,8 @@ counters! {
     remote_invalidations,
     /// Writes sent inline with their request (no registration, no RDMA Read).
     inline_writes,
+    /// Completions a task polling a poll queue reaped itself (`poll_queues=`, blk-mq poll).
+    polled_completions,
     /// Registrations we had to invalidate ourselves (the response carried no invalidation).
     local_invalidations,
     /// Responses that invalidated another key than the request's (connection reset).

@@ -117,8 +117,11 @@ impl Limits {
 pub(crate) struct DiskConfig {
     /// The disk is `rdmadisk{index}` (`/dev/rdmadisk{index}`).
     pub(crate) index: u32,
-    /// Hardware queues (at least 1).
+    /// Hardware queues (at least 1), the polled ones included.
     pub(crate) nr_hw_queues: u32,
+    /// The last this many hardware queues are poll queues (`HCTX_TYPE_POLL`, for `REQ_POLLED`
+    /// I/O, reaped by [`Driver::poll`]); fewer than `nr_hw_queues`.
+    pub(crate) nr_poll_queues: u32,
     /// Tags per hardware queue (at least 1).
     pub(crate) queue_depth: u32,
     /// blk-mq's request timeout in milliseconds ([`Driver::timeout`] runs after it); 0: the
@@ -149,15 +152,49 @@ static FOPS: Fops = Fops(b::block_device_operations {
     ..unsafe { mem::zeroed() }
 });
 
+/// A `blk_mq_tag_set` and what `map_queues` needs that it does not hold: blk-mq sets every
+/// map's size to `nr_hw_queues` when it allocates the set, so the split is kept here.
+#[repr(C)]
+pub(super) struct RawTagSet {
+    // First: a pointer to the set is a pointer to this (`Ops::map_queues`).
+    set: b::blk_mq_tag_set,
+    nr_poll_queues: u32,
+}
+
+impl RawTagSet {
+    /// Splits the hardware queues into blk-mq's maps and spreads the CPUs over each.
+    pub(super) fn map_queues(&mut self) {
+        let set = &mut self.set;
+        if set.nr_maps <= b::RDMADISK_HCTX_TYPE_POLL || self.nr_poll_queues == 0 {
+            // SAFETY: blk-mq allocated the map's CPU table and set its size.
+            unsafe { b::blk_mq_map_queues(&mut set.map[b::RDMADISK_HCTX_TYPE_DEFAULT as usize]) };
+            return;
+        }
+        // As nvme-fabrics does: reads share the default queues, the poll queues follow them.
+        let plain = set.nr_hw_queues - self.nr_poll_queues;
+        for (ty, nr, offset) in [
+            (b::RDMADISK_HCTX_TYPE_DEFAULT, plain, 0),
+            (b::RDMADISK_HCTX_TYPE_READ, plain, 0),
+            (b::RDMADISK_HCTX_TYPE_POLL, self.nr_poll_queues, plain),
+        ] {
+            let map = &mut set.map[ty as usize];
+            map.nr_queues = nr;
+            map.queue_offset = offset;
+            // SAFETY: blk-mq allocated the map's CPU table (one entry per possible CPU).
+            unsafe { b::blk_mq_map_queues(map) };
+        }
+    }
+}
+
 /// A blk-mq tag set for `D`, with the foreign `Arc<D>` in its `driver_data`.
 struct TagSet<D: Driver> {
-    raw: KBox<Opaque<b::blk_mq_tag_set>>,
+    raw: KBox<Opaque<RawTagSet>>,
     _p: PhantomData<Arc<D>>,
 }
 
 impl<D: Driver> TagSet<D> {
     fn new(cfg: &DiskConfig, driver: Arc<D>) -> Result<Self> {
-        if cfg.nr_hw_queues == 0 || cfg.queue_depth == 0 {
+        if cfg.nr_hw_queues == 0 || cfg.queue_depth == 0 || cfg.nr_poll_queues >= cfg.nr_hw_queues {
             return Err(EINVAL);
         }
         let cmd_size = Area::<D::Pdu>::cmd_size(cfg.limits.max_segments)?;
@@ -168,22 +205,35 @@ impl<D: Driver> TagSet<D> {
         set.queue_depth = cfg.queue_depth;
         set.cmd_size = cmd_size;
         set.numa_node = cfg.numa_node;
-        set.nr_maps = 1;
+        // Poll queues need blk-mq's three maps (`RawTagSet::map_queues` splits them).
+        set.nr_maps = if cfg.nr_poll_queues > 0 {
+            b::RDMADISK_HCTX_MAX_TYPES
+        } else {
+            1
+        };
         set.flags = b::RDMADISK_BLK_MQ_F_SHOULD_MERGE;
         if cfg.timeout_ms != 0 {
             // SAFETY: A pure conversion.
             let j = unsafe { b::rdmadisk_msecs_to_jiffies(cfg.timeout_ms) };
             set.timeout = u32::try_from(j).unwrap_or(u32::MAX);
         }
-        let raw = KBox::new(Opaque::new(set), GFP_KERNEL)?;
+        let raw = KBox::new(
+            Opaque::new(RawTagSet {
+                set,
+                nr_poll_queues: cfg.nr_poll_queues,
+            }),
+            GFP_KERNEL,
+        )?;
+        // `set` is the first field of the `repr(C)` struct.
+        let ptr = raw.get().cast::<b::blk_mq_tag_set>();
         // SAFETY: Filled in above; not set up yet, so nothing else looks at it.
-        unsafe { (*raw.get()).driver_data = driver.into_foreign().cast_mut() };
+        unsafe { (*ptr).driver_data = driver.into_foreign().cast_mut() };
         // SAFETY: `raw` is a filled-in tag set at a fixed heap address (the box is never
         // moved out of), as `blk_mq_alloc_tag_set` requires (it links it into lists).
-        let ret = unsafe { b::blk_mq_alloc_tag_set(raw.get()) };
+        let ret = unsafe { b::blk_mq_alloc_tag_set(ptr) };
         if ret != 0 {
             // SAFETY: The set was not set up, so only we hold the `Arc` we put in it.
-            drop(unsafe { Arc::<D>::from_foreign((*raw.get()).driver_data) });
+            drop(unsafe { Arc::<D>::from_foreign((*ptr).driver_data) });
             return Err(Error::from_errno(ret));
         }
         Ok(Self {
@@ -193,7 +243,8 @@ impl<D: Driver> TagSet<D> {
     }
 
     fn as_ptr(&self) -> *mut b::blk_mq_tag_set {
-        self.raw.get()
+        // `set` is the first field of the `repr(C)` struct.
+        self.raw.get().cast()
     }
 }
 

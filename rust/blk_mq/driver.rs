@@ -10,6 +10,7 @@ use core::{
 use kernel::{ffi, prelude::*, sync::Arc, types::ForeignOwnable};
 
 use super::super::bindings as b;
+use super::disk::RawTagSet;
 use super::request::{Area, BlkStatus, Rq, RqRef};
 
 /// What the timeout handler wants blk-mq to do with the request.
@@ -60,6 +61,14 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// it holds elsewhere (for instance by resetting the connection the request is on). Runs
     /// in process context (the queue's timeout work) and may sleep briefly.
     fn timeout(&self, rq: &RqRef<'_, Self::Pdu>) -> TimeoutAction;
+
+    /// Reaps the completions of poll queue `hctx` (a task waiting for its `REQ_POLLED` I/O,
+    /// io_uring's `IORING_SETUP_IOPOLL` say); returns how many it found. Called only for the
+    /// tag set's poll queues ([`super::DiskConfig::nr_poll_queues`]), often under the RCU
+    /// read lock (`iocb_bio_iopoll`): it must not sleep. It may run on several CPUs at once.
+    fn poll(&self, _hctx: &HwQueue<'_>) -> u32 {
+        0
+    }
 }
 
 /// A hardware queue, as seen in [`Driver::queue_rq`] and [`Driver::commit_rqs`].
@@ -103,6 +112,8 @@ impl<D: Driver> Ops<D> {
         timeout: Some(Self::timeout),
         init_request: Some(Self::init_request),
         exit_request: Some(Self::exit_request),
+        map_queues: Some(Self::map_queues),
+        poll: Some(Self::poll),
         // SAFETY: All-zero is "no callback" for every other member.
         ..unsafe { mem::zeroed() }
     };
@@ -165,6 +176,34 @@ impl<D: Driver> Ops<D> {
             _p: PhantomData,
         };
         driver.commit_rqs(&hw);
+    }
+
+    /// # Safety
+    ///
+    /// Called by blk-mq only, with a tag set made by `TagSet::new` (these ops are no other
+    /// set's), which it is setting up or updating.
+    unsafe extern "C" fn map_queues(set: *mut b::blk_mq_tag_set) {
+        // SAFETY: `TagSet::new` made the set as the first field of a `repr(C)` `RawTagSet`;
+        // blk-mq holds it exclusively while it maps the queues.
+        let raw = unsafe { &mut *set.cast::<RawTagSet>() };
+        raw.map_queues();
+    }
+
+    /// # Safety
+    ///
+    /// Called by blk-mq only, with a live hardware context of a `D` queue.
+    unsafe extern "C" fn poll(
+        hctx: *mut b::blk_mq_hw_ctx,
+        _iob: *mut b::io_comp_batch,
+    ) -> ffi::c_int {
+        // SAFETY: blk-mq passes a live context of a `D` queue.
+        let driver = unsafe { driver_of::<D>((*hctx).queue) };
+        let hw = HwQueue {
+            // SAFETY: blk-mq passes a non-null, live context.
+            ptr: unsafe { NonNull::new_unchecked(hctx) },
+            _p: PhantomData,
+        };
+        ffi::c_int::try_from(driver.poll(&hw)).unwrap_or(ffi::c_int::MAX)
     }
 
     /// # Safety

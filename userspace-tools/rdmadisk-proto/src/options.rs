@@ -37,6 +37,8 @@ pub enum Key {
     Ro,
     /// `queues=`: number of hardware queues.
     Queues,
+    /// `poll_queues=`: hardware queues polled by blk-mq instead of interrupt-driven.
+    PollQueues,
     /// `tcp_port=`: the target's TCP fallback port.
     TcpPort,
     /// `secret=`: the export's shared secret, in hex (32 to 128 digits).
@@ -45,13 +47,14 @@ pub enum Key {
 
 impl Key {
     /// Every key, in the order they are documented.
-    pub const ALL: [Key; 8] = [
+    pub const ALL: [Key; 9] = [
         Key::Name,
         Key::Addr,
         Key::Port,
         Key::Export,
         Key::Ro,
         Key::Queues,
+        Key::PollQueues,
         Key::TcpPort,
         Key::Secret,
     ];
@@ -65,6 +68,7 @@ impl Key {
             Key::Export => "export",
             Key::Ro => "ro",
             Key::Queues => "queues",
+            Key::PollQueues => "poll_queues",
             Key::TcpPort => "tcp_port",
             Key::Secret => "secret",
         }
@@ -74,8 +78,8 @@ impl Key {
         Key::ALL.into_iter().find(|k| k.as_str().as_bytes() == b)
     }
 
-    fn bit(self) -> u8 {
-        1 << (self as u8)
+    fn bit(self) -> u16 {
+        1 << (self as u16)
     }
 }
 
@@ -206,6 +210,8 @@ pub struct Options {
     pub read_only: bool,
     /// `queues=`, `1..=MAX_QUEUES`.
     pub queues: Option<u16>,
+    /// `poll_queues=`; with `queues=` (or its default of 1) at most [`MAX_QUEUES`] in all.
+    pub poll_queues: Option<u16>,
     /// `tcp_port=`, non-zero.
     pub tcp_port: Option<u16>,
     /// `secret=`.
@@ -217,7 +223,7 @@ impl Options {
     /// as `echo` writes is fine). The first error found wins.
     pub fn parse(input: &[u8]) -> Result<Options, OptionError> {
         let mut o = Options::default();
-        let mut seen = 0u8;
+        let mut seen = 0u16;
         let mut any = false;
         for tok in input
             .split(|c| c.is_ascii_whitespace())
@@ -234,6 +240,11 @@ impl Options {
             }
             seen |= key.bit();
             o.set(key, v)?;
+        }
+        if u32::from(o.queues.unwrap_or(1)) + u32::from(o.poll_queues.unwrap_or(0))
+            > u32::from(MAX_QUEUES)
+        {
+            return Err(OptionError::BadValue(Key::PollQueues));
         }
         if any {
             Ok(o)
@@ -263,6 +274,10 @@ impl Options {
                 let q = parse_u16(v).filter(|q| (1..=MAX_QUEUES).contains(q));
                 self.queues = Some(q.ok_or(bad)?);
             }
+            Key::PollQueues => {
+                let q = parse_u16(v).filter(|q| *q <= MAX_QUEUES);
+                self.poll_queues = Some(q.ok_or(bad)?);
+            }
             Key::Secret => self.secret = Some(Secret::from_hex(v).map_err(|_| bad)?),
             Key::Ro => {}
         }
@@ -280,6 +295,7 @@ impl Options {
                 Key::Export => self.export.is_some(),
                 Key::Ro => true,
                 Key::Queues => self.queues.is_some(),
+                Key::PollQueues => self.poll_queues.is_some(),
                 Key::TcpPort => self.tcp_port.is_some(),
                 Key::Secret => self.secret.is_some(),
             };
@@ -302,6 +318,7 @@ impl Options {
                 Key::Export => self.export.is_some(),
                 Key::Ro => self.read_only,
                 Key::Queues => self.queues.is_some(),
+                Key::PollQueues => self.poll_queues.is_some(),
                 Key::TcpPort => self.tcp_port.is_some(),
                 Key::Secret => self.secret.is_some(),
             };
@@ -411,6 +428,26 @@ mod tests {
     }
 
     #[test]
+    fn poll_queues_share_the_queue_limit() {
+        let o = Options::parse(b"queues=2 poll_queues=1").unwrap();
+        assert_eq!((o.queues, o.poll_queues), (Some(2), Some(1)));
+        assert_eq!(
+            Options::parse(b"poll_queues=0").unwrap().poll_queues,
+            Some(0)
+        );
+        let o = Options::parse(b"queues=200 poll_queues=56").unwrap();
+        assert_eq!(o.poll_queues, Some(56));
+        assert_eq!(
+            err("poll_queues=1 poll_queues=1"),
+            OptionError::Duplicate(Key::PollQueues)
+        );
+        assert_eq!(
+            Options::parse(b"poll_queues=1").unwrap().only(&[Key::Addr]),
+            Err(OptionError::UnknownKey(UnknownKey::new(b"poll_queues")))
+        );
+    }
+
+    #[test]
     fn ro_forms() {
         assert!(Options::parse(b"ro=1").unwrap().read_only);
         assert!(!Options::parse(b"ro=0").unwrap().read_only);
@@ -465,6 +502,10 @@ mod tests {
             ("tcp_port=0", Key::TcpPort),
             ("queues=0", Key::Queues),
             ("queues=257", Key::Queues),
+            ("poll_queues=257", Key::PollQueues),
+            ("poll_queues=-1", Key::PollQueues),
+            ("poll_queues=256", Key::PollQueues),
+            ("queues=200 poll_queues=57", Key::PollQueues),
             ("export=", Key::Export),
             ("export=a/b", Key::Export),
             ("export=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", Key::Export),
