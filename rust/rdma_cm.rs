@@ -424,10 +424,12 @@ impl<H: CmHandler> CmId<H> {
     /// included), to release after.
     fn destroy_qp(&mut self) -> Option<MrPool<H>> {
         let res = self.qp.take()?;
+        // A direct CQ's user may be reaping it: from now on only the drain does.
+        res.cq.stop_direct();
         // SAFETY: The QP is live. Draining moves it to the error state and waits until every
         // posted work request has completed (flushed) and its handler has run, so every `Msg`
-        // has been handed back and no completion will touch an MR slot again. Our CQs are
-        // never `IB_POLL_DIRECT`, which draining requires.
+        // has been handed back and no completion will touch an MR slot again. It polls a
+        // direct CQ itself, which nobody else reaps any more (`stop_direct`).
         unsafe { b::ib_drain_qp(res.qp.as_ptr()) };
         // SAFETY: Nothing is posted any more; destroying the QP detaches it from the id. With
         // the only QP of the PD gone, no remote access through any of its MRs can happen.

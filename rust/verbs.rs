@@ -16,7 +16,7 @@
 //!   `rdma_cm.rs`), so no buffer is leaked or freed while the device may still touch it.
 
 use core::ptr::{self, NonNull};
-use kernel::{prelude::*, str::CStr, sync::Arc};
+use kernel::{new_spinlock, prelude::*, str::CStr, sync::Arc, sync::SpinLock};
 
 use super::bindings as b;
 
@@ -212,10 +212,16 @@ pub(crate) enum PollCtx {
     Direct,
 }
 
-/// A completion queue polled by the IB core, which calls each work request's handler.
+/// A completion queue polled by the IB core, which calls each work request's handler; a
+/// [`PollCtx::Direct`] one is polled by its user ([`Cq::process_direct`]) and serves one QP.
+#[pin_data(PinnedDrop)]
 pub(crate) struct Cq {
     ptr: NonNull<b::ib_cq>,
     direct: bool,
+    /// Held while a direct CQ is reaped; true once [`Cq::stop_direct`] ran, after which
+    /// only the drain of its QP polls it.
+    #[pin]
+    stopped: SpinLock<bool>,
     _dev: DeviceRef,
 }
 
@@ -251,18 +257,18 @@ impl Cq {
             )
         };
         let ptr = NonNull::new(kernel::error::from_err_ptr(raw)?).ok_or(ENOMEM)?;
-        Arc::new(
-            Self {
+        Arc::pin_init(
+            pin_init!(Self {
                 ptr,
                 direct: matches!(poll, PollCtx::Direct),
+                stopped <- new_spinlock!(false, "rdmadisk::verbs::Cq::stopped"),
                 _dev: dev.clone(),
-            },
+            }),
             GFP_KERNEL,
         )
-        .map_err(|e| {
+        .inspect_err(|_| {
             // SAFETY: Just allocated, no QP uses it.
             unsafe { b::ib_free_cq(ptr.as_ptr()) };
-            e.into()
         })
     }
 
@@ -271,24 +277,39 @@ impl Cq {
     }
 
     /// Takes up to `budget` completions of a [`PollCtx::Direct`] CQ and runs their handlers
-    /// here; returns how many. A CQ the IB core polls itself is left to it (0).
+    /// here; returns how many. A CQ the IB core polls itself is left to it, and a stopped one
+    /// to its QP's drain (0). Callers on several CPUs take turns. Never sleeps.
     pub(crate) fn process_direct(&self, budget: u32) -> u32 {
         if !self.direct {
             return 0;
         }
+        let stopped = self.stopped.lock();
+        if *stopped {
+            return 0;
+        }
         let budget = i32::try_from(budget).unwrap_or(i32::MAX);
         // SAFETY: The CQ is live (we own it until `drop`) and of the direct kind, which the
-        // IB core never polls on its own, so this is the polling the kind asks for; it polls
-        // into a batch on this stack, so concurrent calls are allowed.
+        // IB core polls only in `ib_drain_qp`. That runs after `stop_direct`, which waits for
+        // this call (the lock) and keeps later ones out: no handler runs here for a work
+        // request of a QP being drained or destroyed.
         let n = unsafe { b::ib_process_cq_direct(self.ptr.as_ptr(), budget) };
+        drop(stopped);
         u32::try_from(n).unwrap_or(0)
+    }
+
+    /// Ends reaping by [`Cq::process_direct`]: waits for a reap in progress; later ones find
+    /// nothing. Called before the CQ's QP is drained.
+    pub(super) fn stop_direct(&self) {
+        *self.stopped.lock() = true;
     }
 }
 
-impl Drop for Cq {
-    fn drop(&mut self) {
+#[pinned_drop]
+impl PinnedDrop for Cq {
+    fn drop(self: Pin<&mut Self>) {
         // SAFETY: QPs hold an `Arc<Cq>` until they are destroyed, so none uses it any more.
-        // `ib_free_cq` stops polling and waits for running handlers.
+        // `ib_free_cq` stops the IB core's polling and waits for running handlers; nobody
+        // reaps a direct CQ any more (`process_direct` borrows it).
         unsafe { b::ib_free_cq(self.ptr.as_ptr()) };
     }
 }

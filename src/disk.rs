@@ -610,6 +610,13 @@ impl Driver for DiskDev {
     }
 
     fn timeout(&self, rq: &RqRef<'_, Pdu>) -> TimeoutAction {
+        let q = self.queue(rq.hw_queue());
+        // A poll queue nobody polls may hold the answer already (the health check reaps only
+        // a settled connection set): reap it, and give the request a new timer rather than
+        // reset a connection that works.
+        if q.as_ref().is_some_and(|q| q.poll() > 0) {
+            return TimeoutAction::ResetTimer;
+        }
         Stats::inc(&self.info.stats.timeouts);
         pr_warn!(
             "{}: request tag {} on queue {} timed out after {} ms\n",
@@ -618,7 +625,7 @@ impl Driver for DiskDev {
             rq.hw_queue(),
             self.io_timeout_ms()
         );
-        if let Some(q) = self.queue(rq.hw_queue()) {
+        if let Some(q) = q {
             q.fail_timeout();
         }
         TimeoutAction::ResetTimer

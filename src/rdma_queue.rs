@@ -48,9 +48,9 @@ use crate::stats::Stats;
 
 /// Tags per hardware queue (and so Send buffers, MRs and receives per connection).
 pub(crate) const QUEUE_DEPTH: u16 = 64;
-/// Most completions one poll of a poll queue handles: a full queue's Sends, registrations and
-/// responses; the poller comes back for more.
-const REAP_BUDGET: u32 = 3 * QUEUE_DEPTH as u32;
+/// Most completions one poll of a poll queue handles: the handlers run with a spinlock held
+/// (read CRCs included), and other pollers of the queue wait; the poller comes back for more.
+const REAP_BUDGET: u32 = 16;
 /// Pages one MR maps: 1 MiB plus one page for an unaligned start.
 pub(crate) const MR_PAGES: u32 = 257;
 /// Largest request, from the MR size.

@@ -44,7 +44,8 @@ counters! {
     remote_invalidations,
     /// Writes sent inline with their request (no registration, no RDMA Read).
     inline_writes,
-    /// Completions a task polling a poll queue reaped itself (`poll_queues=`, blk-mq poll).
+    /// Work completions of poll queues (`poll_queues=`) reaped by polling: blk-mq's poll,
+    /// and the health check's and the timeout handler's, which reap an idle queue.
     polled_completions,
     /// Registrations we had to invalidate ourselves (the response carried no invalidation).
     local_invalidations,

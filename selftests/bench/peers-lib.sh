@@ -5,10 +5,13 @@
 #
 # Every system serves the same block device on the storage VM (BP_BDEV: a brd RAM disk when
 # the VMs were booted with one, else a loop device over a tmpfs file):
-#   rdmadisk-rdma, rdmadisk-tcp  rdmadisk-target exporting it; one disk, queues=2, its
-#                                transport set to rdma or tcp for the job
-#   nvme-rdma, nvme-tcp          nvmet (configfs) exporting it as a namespace; nvme connect -i 2
+#   rdmadisk-rdma, rdmadisk-tcp  rdmadisk-target exporting it; one disk, queues=2
+#                                poll_queues=1, its transport set to rdma or tcp for the job
+#   nvme-rdma, nvme-tcp          nvmet (configfs) exporting it as a namespace; nvme connect
+#                                -i 2 -P 1
 #   rnbd                         rnbd-server exporting it over RTRS; rnbd-client mapping it
+#                                with nr_poll_queues=1
+# Two interrupt-driven hardware queues each, and one poll queue for the polled job.
 # Samples are JSON lines in $BP_SAMPLES: one per fio job, with the job's figures and the
 # client VM's CPU time per I/O (from /proc/stat, so it includes the driver's softirq and
 # workqueue time, not only fio's).
@@ -39,7 +42,7 @@ else mkdir -p $DK_BACKDIR && rm -f $BP_LOOP_FILE && truncate -s ${BP_SIZE_MB}M $
 
 bp_setup_rdmadisk() {
   dk_target_start --export "bench=$BP_BDEV" >/dev/null || return 1
-  dk_load && dk_map_disk bench bench queues=2 || return 1
+  dk_load && dk_map_disk bench bench "queues=2 poll_queues=1" || return 1
   BP_DEV[rdmadisk-rdma]=$DK_DEV
   BP_DEV[rdmadisk-tcp]=$DK_DEV
 }
@@ -69,7 +72,7 @@ done" || return 1
 # bp_nvme_connect rdma|tcp PORT: connects with two I/O queues; sets BP_DEV[nvme-$1].
 bp_nvme_connect() {
   local dev
-  dev=$(on compute "nvme connect -t $1 -a $DK_S -s $2 -n $BP_NQN --hostnqn=$BP_HOSTNQN -i 2 || exit 1
+  dev=$(on compute "nvme connect -t $1 -a $DK_S -s $2 -n $BP_NQN --hostnqn=$BP_HOSTNQN -i 2 -P 1 || exit 1
 for i in \$(seq 100); do
   for c in /sys/class/nvme/nvme*; do
     [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] && [ \"\$(cat \$c/transport 2>/dev/null)\" = $1 ] || continue
@@ -86,7 +89,7 @@ bp_setup_rnbd() {
   on storage "test -d /sys/module/rnbd_server" || { echo "no rnbd_server in this kernel"; return 1; }
   local dev
   # The client links each mapping as ctl/devices/<device path, / as !>@<session>.
-  dev=$(on compute "echo 'sessname=bench path=ip:$DK_S device_path=$BP_BDEV access_mode=rw' >/sys/devices/virtual/rnbd-client/ctl/map_device || exit 1
+  dev=$(on compute "echo 'sessname=bench path=ip:$DK_S device_path=$BP_BDEV access_mode=rw nr_poll_queues=1' >/sys/devices/virtual/rnbd-client/ctl/map_device || exit 1
 l=/sys/devices/virtual/rnbd-client/ctl/devices/${BP_BDEV//\//!}@bench
 for i in \$(seq 100); do
   d=\$(basename \"\$(readlink -f \$l 2>/dev/null)\")
@@ -267,6 +270,7 @@ PY
 # shellcheck disable=SC2034 # used by bench/peers.sh
 BP_WORKLOADS=(
   "rr4k_qd1 --rw=randread --bs=4k --iodepth=1"
+  "rr4k_qd1_poll --rw=randread --bs=4k --iodepth=1 --ioengine=io_uring --hipri=1"
   "rw4k_qd1 --rw=randwrite --bs=4k --iodepth=1"
   "rr4k_qd16 --rw=randread --bs=4k --iodepth=16"
   "sr128k_qd4 --rw=read --bs=128k --iodepth=4"

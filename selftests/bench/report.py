@@ -14,6 +14,7 @@ SYSTEMS = ["rdmadisk-rdma", "nvme-rdma", "rnbd", "rdmadisk-tcp", "nvme-tcp"]
 # workload -> (figure, better): the figure each workload is judged by.
 FIGURES = {
     "rr4k_qd1": ("lat_p50_us", "lower"),
+    "rr4k_qd1_poll": ("lat_p50_us", "lower"),
     "rw4k_qd1": ("lat_p50_us", "lower"),
     "rr4k_qd16": ("iops", "higher"),
     "sr128k_qd4": ("mb_s", "higher"),
@@ -21,6 +22,7 @@ FIGURES = {
 }
 TITLES = {
     "rr4k_qd1": "4 KiB randread QD1",
+    "rr4k_qd1_poll": "4 KiB randread QD1, polled (io_uring --hipri)",
     "rw4k_qd1": "4 KiB randwrite QD1",
     "rr4k_qd16": "4 KiB randread QD16",
     "sr128k_qd4": "128 KiB read QD4",
@@ -99,9 +101,9 @@ def main():
     md = []
     md.append("# rdmadisk against its peers, one run\n")
     md.append(
-        f"{date}; kernel {a.kernel}; {a.host}. fio libaio, direct, one job on the first 32 MiB "
+        f"{date}; kernel {a.kernel}; {a.host}. fio libaio (the polled job: io_uring, --hipri), direct, one job on the first 32 MiB "
         f"of {a.backing} on the storage VM that every system serves; two hardware queues for "
-        f"each; {a.reps} repetitions of {a.secs} s, interleaved across the systems; medians, "
+        f"each, and one poll queue (used only by the polled job); {a.reps} repetitions of {a.secs} s, interleaved across the systems; medians, "
         f"with the spread (min–max) in brackets. The whole run took {a.minutes} minutes.\n"
     )
     md.append("## Figures\n")
