@@ -41,7 +41,8 @@ else mkdir -p $DK_BACKDIR && rm -f $BP_LOOP_FILE && truncate -s ${BP_SIZE_MB}M $
 }
 
 bp_setup_rdmadisk() {
-  dk_target_start --export "bench=$BP_BDEV" >/dev/null || return 1
+  # shellcheck disable=SC2086 # BENCH_TARGET_ARGS: more target options, word-split
+  dk_target_start --export "bench=$BP_BDEV" ${BENCH_TARGET_ARGS:-} >/dev/null || return 1
   dk_load && dk_map_disk bench bench "queues=2 poll_queues=1" || return 1
   BP_DEV[rdmadisk-rdma]=$DK_DEV
   BP_DEV[rdmadisk-tcp]=$DK_DEV

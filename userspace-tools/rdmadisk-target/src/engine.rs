@@ -37,6 +37,8 @@ pub struct Limits {
     /// Largest inline write (`HelloReply::max_inline`) an RDMA connection accepts; its
     /// receives are sized for it.
     pub inline_max: u32,
+    /// Local ACK timeout exponent of every RDMA connection (4.096 us * 2^N).
+    pub ack_timeout_exp: u8,
     /// Connections at once, per listener and per client host.
     pub max_connections: usize,
     pub max_connections_per_host: usize,

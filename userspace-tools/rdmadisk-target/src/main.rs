@@ -176,6 +176,7 @@ fn run(cfg: Config) -> Result<(), String> {
         idle_timeout: cfg.idle_timeout,
         rdma_window: cfg.rdma_window as usize,
         inline_max: cfg.inline_max,
+        ack_timeout_exp: cfg.ack_timeout_exp,
         send_timeout: cfg.send_timeout,
         shutdown_timeout: cfg.shutdown_timeout,
         corrupt_read_every: cfg.corrupt_read_every,

@@ -36,10 +36,6 @@ use crate::pool::{Budget, Pool};
 use crate::stats::Stats;
 
 const TICK: Duration = Duration::from_millis(100);
-/// Local ACK timeout exponent of every connection: 4.096 us * 2^20, about 4.3 s without any
-/// progress (an ACK or a response packet restarts it). 1.1 s (2^18) measured worse on the test
-/// bed: 4 KiB random reads at depth 16 made 159-176 IOPS against 227-299.
-const ACK_TIMEOUT_EXP: u8 = 20;
 /// Largest RDMA Read a write's data is pulled with. A read whose responses show a gap waits
 /// for the ACK timeout before it asks again for the rest, while a later read's response
 /// exposes the gap at once; and every retry of a read resends its whole rest.
@@ -349,7 +345,7 @@ fn setup(
         .to_bytes();
         // 4.3 s: well above the time a 1 MiB RDMA Read takes on a slow link, still bounded
         // (7 retries) for a peer that is really gone.
-        id.set_ack_timeout(ACK_TIMEOUT_EXP)?;
+        id.set_ack_timeout(t.limits.ack_timeout_exp)?;
         id.accept(&ConnParams {
             private_data: &reply,
             responder_resources: 0xff,
