@@ -16,7 +16,8 @@
 # spreads and same-run ratios) and PNG plots; the committed set is in docs/bench/.
 # BENCH_SYSTEMS narrows the systems (default: all five), BENCH_JOBS the workloads (names as in
 # BP_WORKLOADS, and rr4k_qdN for the scaling depths; default: all); BENCH_FLOOR=0 and
-# BENCH_GAP=0 leave out the floor and the NIC servicing gap. Not a pass/fail test.
+# BENCH_GAP=0 leave out the floor and the NIC servicing gap; BENCH_TARGET_ARGS adds options to
+# rdmadisk-target's command line (e.g. --ack-timeout-exp 20). Not a pass/fail test.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 TB_REPO=$(cd "$HERE/.." && pwd)
