@@ -1,7 +1,7 @@
 # make bench's harness in one short pass, so that it cannot rot: every system brought up on one
 # block device of the storage VM (here a loop device over a tmpfs file: this test bed has no RAM
-# disk), one 2-second 4 KiB random-read job on each, the perftest floor of one test, and the
-# report with its ratios and plots.
+# disk), one 2-second 4 KiB random-read job on each (and its polled twin on rdmadisk), the
+# perftest floor of one test, and the report with its ratios and plots.
 #
 # Acceptance: every system maps and gives a sample with IOPS above zero; the report names each
 # ratio and draws the plots; everything is torn down (nvme, rnbd, the disk, the loop device).
@@ -32,6 +32,12 @@ done
 n=$(python3 -c "import json,sys; print(sum(1 for l in open(sys.argv[1]) if json.loads(l)['iops'] > 0))" "$BP_SAMPLES" 2>/dev/null)
 [ $ok = 0 ] && n_eq "${n:-0}" 5
 res $? "bench: a 4 KiB random-read sample with IOPS above zero from each system (got ${n:-0} of 5)"
+# The polled job, on the one system whose poll queue the harness checks: rdmadisk's.
+bp_job rdmadisk-rdma 1 rr4k_qd1_poll --rw=randread --bs=4k --iodepth=1 --ioengine=io_uring --hipri=1 &&
+  python3 -c "import json,sys; sys.exit(0 if any(json.loads(l)['job'] == 'rr4k_qd1_poll' and json.loads(l)['iops'] > 0 for l in open(sys.argv[1])) else 1)" "$BP_SAMPLES"
+rc=$? polled=$(tr_stat "${BP_DEV[rdmadisk-rdma]}" polled_completions)
+[ $rc = 0 ] && n_gt "$polled" 0
+res $? "bench: the polled job (io_uring --hipri) on rdmadisk-rdma gives a sample with IOPS above zero, and the disk's poll queue reaped (polled_completions=$polled)"
 BP_FLOOR_TESTS=ib_send_lat:64 bp_floor
 grep -q '"job": "ib_send_lat_64"' "$BP_SAMPLES"
 res $? "bench: the perftest floor (ib_send_lat 64 B) gives a sample"
