@@ -41,6 +41,9 @@ struct GateState {
     generation: u64,
     /// Tickets out, by generation and connection (only those with tickets out have an entry).
     applying: BTreeMap<u64, BTreeMap<u64, u64>>,
+    /// Fence moves waiting for older tickets: a ticket's end wakes them only when there are
+    /// some (a wake is a system call, on every request otherwise).
+    movers: usize,
 }
 
 /// Tells connections apart in a gate's counts.
@@ -111,7 +114,9 @@ impl Drop for Ticket {
             if by_conn.is_empty() {
                 st.applying.remove(&self.generation);
             }
-            g.drained.notify_all();
+            if st.movers > 0 {
+                g.drained.notify_all();
+            }
         }
     }
 }
@@ -246,6 +251,7 @@ impl ConnFence {
                             .any(|(_, by_conn)| by_conn.keys().any(|&c| c != me))
                     };
                     let mut waited = Duration::ZERO;
+                    st.movers += 1;
                     while others_older(&st) {
                         let (g, t) = gate
                             .drained
@@ -260,6 +266,7 @@ impl ConnFence {
                             );
                         }
                     }
+                    st.movers -= 1;
                     // Check again: an even newer set may have moved it meanwhile.
                 }
             }
