@@ -1,6 +1,6 @@
 //! rdmadisk protocol core: wire format, CRC32C, credit accounting, request
-//! ids, the fencing rule, the RDMA/TCP failover policy and the shared-secret
-//! authentication.
+//! ids, the fencing rule, the RDMA/TCP failover policy, the shared-secret
+//! authentication and the latency histograms' buckets.
 //!
 //! Everything here is plain `core` Rust with no dependencies because the kernel
 //! module compiles these very files (one `#[path]` module each, inside its own
@@ -12,6 +12,8 @@ pub mod auth;
 pub mod crc32c;
 pub mod credits;
 pub mod fence;
+pub mod histogram;
+pub mod knobs;
 pub mod options;
 pub mod policy;
 pub mod tags;
