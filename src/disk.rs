@@ -39,6 +39,7 @@ use crate::queue::Queue;
 use crate::rdma_conn::Peer;
 use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
+use crate::telemetry::{self, Telemetry};
 
 /// Default blk-mq request timeout.
 pub(crate) const DEFAULT_IO_TIMEOUT_MS: u32 = 30_000;
@@ -220,6 +221,7 @@ impl DiskDev {
                         inline_max: AtomicU32::new(crate::rdma_queue::DEFAULT_INLINE_MAX),
                     },
                     stats: Stats::default(),
+                    telemetry: Telemetry::default(),
                     answered: AtomicU64::new(0),
                     faults,
                     io_wq,
@@ -575,8 +577,13 @@ impl Driver for DiskDev {
         mut rq: DiskRq,
         _last: bool,
     ) -> core::result::Result<(), (DiskRq, BlkStatus)> {
+        let now_ns = if self.info.telemetry.is_on() {
+            telemetry::now_ns()
+        } else {
+            0
+        };
         if rq.first_dispatch() {
-            rq.pdu().start();
+            rq.pdu().start(now_ns);
         }
         let q = {
             let c = self.ctrl.lock();
@@ -598,6 +605,7 @@ impl Driver for DiskDev {
         };
         match q {
             Some(q) => {
+                rq.pdu().posting(now_ns);
                 let first = rq.pdu().sending();
                 q.submit(rq).inspect_err(|(rq, _)| {
                     if first {

@@ -13,6 +13,7 @@ use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use kernel::sync::Arc;
 
 use crate::faults::Faults;
+use crate::io::Via;
 use crate::kapi::blk_mq::Rq;
 use crate::kapi::work::ReclaimQueue;
 use crate::proto::auth::Secret;
@@ -22,6 +23,7 @@ use crate::proto::policy::Transport;
 use crate::proto::wire::ExportName;
 use crate::rdma_conn::Peer;
 use crate::stats::Stats;
+use crate::telemetry::{Op, Telemetry};
 
 /// Now, in ms of the monotonic clock (ktime): the clock of every timeout and outage.
 pub(crate) fn now_ms() -> i64 {
@@ -37,6 +39,10 @@ pub(crate) struct Pdu {
     /// (docs/design.md, "When things go wrong"). Time spent waiting for a connection does not
     /// count: the disk's own loss timeout bounds that.
     sent_ms: AtomicI64,
+    /// For the telemetry (ns, ktime; 0: not taken): the I/O's first dispatch, and its latest
+    /// hand-over to a connection.
+    dispatched_ns: AtomicI64,
+    posted_ns: AtomicI64,
 }
 
 impl Pdu {
@@ -44,13 +50,29 @@ impl Pdu {
         Self {
             crc_retries: AtomicU8::new(0),
             sent_ms: AtomicI64::new(0),
+            dispatched_ns: AtomicI64::new(0),
+            posted_ns: AtomicI64::new(0),
         }
     }
 
-    /// A new I/O on this tag.
-    pub(crate) fn start(&self) {
+    /// A new I/O on this tag, dispatched at `now_ns` (0: telemetry is off).
+    pub(crate) fn start(&self, now_ns: i64) {
         self.crc_retries.store(0, Ordering::Relaxed);
         self.sent_ms.store(0, Ordering::Relaxed);
+        self.dispatched_ns.store(now_ns, Ordering::Relaxed);
+    }
+
+    /// The I/O is handed to a connection at `now_ns` (0: telemetry is off).
+    pub(crate) fn posting(&self, now_ns: i64) {
+        self.posted_ns.store(now_ns, Ordering::Relaxed);
+    }
+
+    /// When the I/O was first dispatched, and last handed to a connection (ns; 0: unknown).
+    pub(crate) fn times_ns(&self) -> (i64, i64) {
+        (
+            self.dispatched_ns.load(Ordering::Relaxed),
+            self.posted_ns.load(Ordering::Relaxed),
+        )
     }
 
     /// The I/O is being given to a connection: starts its clock if this is the first time.
@@ -118,6 +140,7 @@ pub(crate) struct DiskInfo {
     pub(crate) max_io_bytes: AtomicU32,
     pub(crate) knobs: Knobs,
     pub(crate) stats: Stats,
+    pub(crate) telemetry: Telemetry,
     /// Responses that ended or reissued a request, or answered a keepalive (not stale or
     /// fenced ones): the proof that a new connection set is served, which ends an outage.
     pub(crate) answered: AtomicU64,
@@ -168,12 +191,21 @@ impl DiskInfo {
     /// since when requests have waited with no credit granted and none in flight (a target
     /// that stopped granting: nothing would ever complete to bring one back, so the health
     /// check fails such a connection).
-    pub(crate) fn credit_ok(&self, c: &CreditSender, starved_ms: &mut Option<i64>) -> bool {
+    pub(crate) fn credit_ok(
+        &self,
+        c: &CreditSender,
+        starved_ms: &mut Option<i64>,
+        via: Via,
+        op: Option<Op>,
+    ) -> bool {
         if c.available() > 0 && c.in_flight() < self.knobs.max_credits.load(Ordering::Relaxed) {
             *starved_ms = None;
             return true;
         }
         Stats::inc(&self.stats.credit_waits);
+        if let Some(op) = op {
+            self.telemetry.credit_wait(via, op);
+        }
         if c.available() == 0 && c.in_flight() == 0 {
             starved_ms.get_or_insert_with(now_ms);
         }

@@ -12,12 +12,14 @@ use crate::kapi::blk_mq::{BlkStatus, ReqOp};
 use crate::proto::crc32c::crc32c_append;
 use crate::proto::wire::{req_flags, Opcode, RemoteBuf, ReqId, Request, Response, Status};
 use crate::stats::Stats;
+use crate::telemetry::Op;
 
 /// How often a request is reissued after a CRC mismatch before it fails.
 pub(crate) const MAX_CRC_RETRIES: u8 = 3;
 
 /// The transport a request ran on, for the per-transport counters.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub(crate) enum Via {
     Rdma,
     Tcp,
@@ -99,6 +101,13 @@ pub(crate) fn finish(
 ) -> Verdict {
     let stats = &info.stats;
     let bytes = u64::from(rq.bytes());
+    let (dispatched_ns, posted_ns) = rq.pdu().times_ns();
+    let record = |ok| {
+        if let Some(t) = Op::of(op) {
+            info.telemetry
+                .record(via, t, ok, bytes, dispatched_ns, posted_ns);
+        }
+    };
     if resp.status != Status::Fenced {
         info.answered.fetch_add(1, Ordering::Relaxed);
     }
@@ -154,6 +163,7 @@ pub(crate) fn finish(
             };
             Stats::inc(ios);
             Stats::add(io_bytes, bytes);
+            record(true);
             rq.end(BlkStatus::Ok);
         }
         Err(Status::CrcMismatch)
@@ -164,6 +174,7 @@ pub(crate) fn finish(
         }
         Err(s) => {
             Stats::inc(&stats.io_errors);
+            record(false);
             pr_err!(
                 "{}: {:?} of {} bytes at sector {} failed: {s}\n",
                 info.name(),

@@ -15,6 +15,10 @@ pub(crate) mod crc32c;
 pub(crate) mod credits;
 #[path = "../userspace-tools/rdmadisk-proto/src/fence.rs"]
 pub(crate) mod fence;
+#[path = "../userspace-tools/rdmadisk-proto/src/histogram.rs"]
+pub(crate) mod histogram;
+#[path = "../userspace-tools/rdmadisk-proto/src/knobs.rs"]
+pub(crate) mod knobs;
 #[path = "../userspace-tools/rdmadisk-proto/src/options.rs"]
 pub(crate) mod options;
 #[path = "../userspace-tools/rdmadisk-proto/src/policy.rs"]

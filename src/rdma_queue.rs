@@ -45,9 +45,10 @@ use crate::proto::wire::{
 };
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
+use crate::telemetry::Op;
 
 /// Tags per hardware queue (and so Send buffers, MRs and receives per connection).
-pub(crate) const QUEUE_DEPTH: u16 = 64;
+pub(crate) const QUEUE_DEPTH: u16 = crate::proto::knobs::QUEUE_DEPTH;
 /// Most completions one poll of a poll queue handles: the handlers run with a spinlock held
 /// (read CRCs included), and other pollers of the queue wait; the poller comes back for more.
 const REAP_BUDGET: u32 = 16;
@@ -57,7 +58,7 @@ pub(crate) const MR_PAGES: u32 = 257;
 pub(crate) const MAX_IO_BYTES: u32 = (MR_PAGES - 1) * crate::kapi::frwr::MR_PAGE_SIZE;
 /// Largest `inline_max` knob: every tag's Send buffer has room for this much data after the
 /// request. 4 KiB carries the small writes whose RDMA Read round trip costs most.
-pub(crate) const INLINE_CAP: u32 = 4096;
+pub(crate) const INLINE_CAP: u32 = crate::proto::knobs::INLINE_CAP;
 /// The `inline_max` knob's default.
 pub(crate) const DEFAULT_INLINE_MAX: u32 = 4096;
 /// The slot of keepalive NOPs, after blk-mq's tags; the authentication, before any of them,
@@ -485,7 +486,7 @@ impl RdmaQueue {
         if self.is_failed() || g.conn.is_none() {
             return Err((rq, BlkStatus::Resource));
         }
-        if !info.credit_ok(&g.send_credits, &mut g.starved_ms) {
+        if !info.credit_ok(&g.send_credits, &mut g.starved_ms, Via::Rdma, Op::of(op)) {
             return Err((rq, BlkStatus::Resource));
         }
         let Some(msg) = g

@@ -29,6 +29,7 @@ mod rdma_devices;
 mod rdma_queue;
 mod stats;
 mod tcp_queue;
+mod telemetry;
 
 use kapi::{ib_client, socket, sysfs};
 

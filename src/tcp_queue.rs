@@ -46,6 +46,7 @@ use crate::proto::wire::{
 use crate::rdma_conn::errno;
 use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
+use crate::telemetry::Op;
 
 type Socket = TcpSocket<TcpQueue>;
 
@@ -418,7 +419,7 @@ impl TcpQueue {
         if self.is_failed() || g.sock.is_none() {
             return Err((rq, BlkStatus::Resource));
         }
-        if !info.credit_ok(&g.credits, &mut g.starved_ms) {
+        if !info.credit_ok(&g.credits, &mut g.starved_ms, Via::Tcp, Op::of(op)) {
             return Err((rq, BlkStatus::Resource));
         }
         if !matches!(g.slots.get(usize::from(slot)), Some(Slot::Free)) {

@@ -36,7 +36,7 @@ unsafe impl<D> Sync for DiskAttr<D> {}
 pub(crate) type DiskAttrs<D> = [&'static DiskAttr<D>];
 
 /// Most attributes in a disk's directory.
-pub(super) const MAX_DISK_ATTRS: usize = 32;
+pub(super) const MAX_DISK_ATTRS: usize = 48;
 
 impl<D: Send + Sync + 'static> DiskAttr<D> {
     const fn new(
@@ -76,6 +76,12 @@ impl<D: Send + Sync + 'static> DiskAttr<D> {
     /// to finish: a deadlock); use [`DiskAttr::wo_self_remove`] for that.
     pub(crate) const fn rw(name: &'static CStr, show: ShowFn<D>, store: StoreFn<D>) -> Self {
         Self::new(name, 0o644, Some(show), Some(store), false)
+    }
+
+    /// A write-only (0200) attribute. `Err(e)` from `store` fails the write with `e`; as for
+    /// [`DiskAttr::rw`], `store` must not drop the [`Disk`].
+    pub(crate) const fn wo(name: &'static CStr, store: StoreFn<D>) -> Self {
+        Self::new(name, 0o200, None, Some(store), false)
     }
 
     /// A write-only (0200) attribute whose `store` may drop the [`Disk`] (an `unmap`),

@@ -9,31 +9,28 @@ use core::{fmt::Write, sync::atomic::Ordering};
 use kernel::{c_str, prelude::*, sync::Arc};
 
 use super::{DiskDev, State, FAST_IO_FAIL_OFF};
+use crate::io::Via;
 use crate::kapi::blk_mq::{DiskAttr, DiskAttrs};
 use crate::kapi::sysfs::ShowBuf;
-use crate::proto::policy::{
-    Mode, PolicyConfig, State as PState, Transport, MAX_FAILOVER_THRESHOLD,
-};
-use crate::proto::wire::SECTOR_SIZE;
-use crate::rdma_queue::{INLINE_CAP, QUEUE_DEPTH};
+use crate::proto::knobs::{self, Setting, Values};
+use crate::proto::policy::{Mode, PolicyConfig, State as PState, Transport};
+use crate::telemetry::Op;
 
-/// Parses a decimal knob value in `min..=max`; `EINVAL` with a log line otherwise.
-/// A whole number in decimal digits, with surrounding whitespace (the newline `echo` adds) and
-/// nothing else: `u32::from_str` alone would also take a sign ("+5").
-fn parse_digits(input: &[u8]) -> Option<u32> {
-    let digits = input.trim_ascii();
-    if !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    core::str::from_utf8(digits).ok()?.parse().ok()
-}
-
-fn parse_knob(who: &str, knob: &str, input: &[u8], min: u32, max: u32) -> Result<u32> {
-    let v = parse_digits(input).filter(|v| (min..=max).contains(v));
-    v.ok_or_else(|| {
-        pr_err!("{who}: {knob}: expected a whole number from {min} to {max}\n");
+/// Checks a write to `knob` against its values (the shared table of
+/// [`crate::proto::knobs`]); `EINVAL` with a log line naming them otherwise.
+fn parse(who: &str, knob: &str, values: Values, input: &[u8]) -> Result<Setting> {
+    values.parse(input).ok_or_else(|| {
+        pr_err!("{who}: {knob}: expected {values}\n");
         EINVAL
     })
+}
+
+/// As [`parse`], for a knob that takes only numbers.
+fn parse_number(who: &str, knob: &str, values: Values, input: &[u8]) -> Result<u32> {
+    match parse(who, knob, values, input)? {
+        Setting::Number(n) => Ok(n),
+        Setting::Off | Setting::Word(_) => Err(EINVAL),
+    }
 }
 
 fn show_value(out: &mut ShowBuf<'_>, v: impl core::fmt::Display) -> Result {
@@ -78,7 +75,7 @@ impl DiskDev {
     }
 
     fn store_io_timeout(self: &Arc<Self>, input: &[u8]) -> Result {
-        let ms = parse_knob(self.name(), "io_timeout_ms", input, 1_000, 600_000)?;
+        let ms = parse_number(self.name(), "io_timeout_ms", knobs::IO_TIMEOUT_MS, input)?;
         if let Some(d) = self.disk.lock().as_ref() {
             d.set_timeout_ms(ms);
         }
@@ -91,7 +88,7 @@ impl DiskDev {
     }
 
     fn store_loss_timeout(self: &Arc<Self>, input: &[u8]) -> Result {
-        let s = parse_knob(self.name(), "loss_timeout_s", input, 0, 86_400)?;
+        let s = parse_number(self.name(), "loss_timeout_s", knobs::LOSS_TIMEOUT_S, input)?;
         self.loss_timeout_s.store(s, Ordering::Relaxed);
         // A nap until the old deadline ends now.
         self.kick();
@@ -106,18 +103,9 @@ impl DiskDev {
     }
 
     fn store_fast_io_fail(self: &Arc<Self>, input: &[u8]) -> Result {
-        let s = match input.trim_ascii() {
-            b"off" => FAST_IO_FAIL_OFF,
-            v => match parse_digits(v) {
-                Some(s) if s <= 86_400 => s,
-                _ => {
-                    pr_err!(
-                        "{}: fast_io_fail_s: expected 'off' or a whole number from 0 to 86400\n",
-                        self.name()
-                    );
-                    return Err(EINVAL);
-                }
-            },
+        let s = match parse(self.name(), "fast_io_fail_s", knobs::FAST_IO_FAIL_S, input)? {
+            Setting::Number(s) => s,
+            Setting::Off | Setting::Word(_) => FAST_IO_FAIL_OFF,
         };
         self.fast_io_fail_s.store(s, Ordering::Relaxed);
         if s == FAST_IO_FAIL_OFF {
@@ -133,7 +121,7 @@ impl DiskDev {
     }
 
     fn store_max_credits(self: &Arc<Self>, input: &[u8]) -> Result {
-        let n = parse_knob(self.name(), "max_credits", input, 1, u32::from(QUEUE_DEPTH))?;
+        let n = parse_number(self.name(), "max_credits", knobs::MAX_CREDITS, input)?;
         self.info.knobs.max_credits.store(n, Ordering::Relaxed);
         Ok(())
     }
@@ -143,14 +131,7 @@ impl DiskDev {
     }
 
     fn store_inline_max(self: &Arc<Self>, input: &[u8]) -> Result {
-        let n = parse_knob(self.name(), "inline_max", input, 0, INLINE_CAP)?;
-        if n % SECTOR_SIZE != 0 {
-            pr_err!(
-                "{}: inline_max: must be a multiple of {SECTOR_SIZE}\n",
-                self.name()
-            );
-            return Err(EINVAL);
-        }
+        let n = parse_number(self.name(), "inline_max", knobs::INLINE_MAX, input)?;
         self.info.knobs.inline_max.store(n, Ordering::Relaxed);
         Ok(())
     }
@@ -160,16 +141,7 @@ impl DiskDev {
     }
 
     fn store_keepalive(self: &Arc<Self>, input: &[u8]) -> Result {
-        let ms = match parse_knob(self.name(), "keepalive_ms", input, 0, 600_000)? {
-            ms @ (0 | 100..) => ms,
-            _ => {
-                pr_err!(
-                    "{}: keepalive_ms: expected 0 (off) or 100 to 600000\n",
-                    self.name()
-                );
-                return Err(EINVAL);
-            }
-        };
+        let ms = parse_number(self.name(), "keepalive_ms", knobs::KEEPALIVE_MS, input)?;
         self.info.knobs.keepalive_ms.store(ms, Ordering::Relaxed);
         // The session work starts or stops its keepalive rounds.
         self.kick();
@@ -188,14 +160,12 @@ impl DiskDev {
     }
 
     fn store_transport(self: &Arc<Self>, input: &[u8]) -> Result {
-        let mode = match input.trim_ascii() {
-            b"auto" => Mode::Auto,
-            b"rdma" => Mode::Rdma,
-            b"tcp" => Mode::Tcp,
-            _ => {
-                pr_err!("{}: transport: expected auto, rdma or tcp\n", self.name());
-                return Err(EINVAL);
-            }
+        // The words of knobs::TRANSPORT, in their order.
+        let mode = match parse(self.name(), "transport", knobs::TRANSPORT, input)? {
+            Setting::Word(0) => Mode::Auto,
+            Setting::Word(1) => Mode::Rdma,
+            Setting::Word(2) => Mode::Tcp,
+            _ => return Err(EINVAL),
         };
         let _ = self
             .policy
@@ -241,10 +211,10 @@ impl DiskDev {
         self: &Arc<Self>,
         input: &[u8],
         knob: &str,
-        (min, max): (u32, u32),
+        values: Values,
         set: fn(&mut PolicyConfig, u32),
     ) -> Result {
-        let v = parse_knob(self.name(), knob, input, min, max)?;
+        let v = parse_number(self.name(), knob, values, input)?;
         let mut p = self.policy.lock();
         let mut cfg = p.config();
         set(&mut cfg, v);
@@ -265,7 +235,7 @@ impl DiskDev {
         self.store_policy(
             input,
             "failover_threshold",
-            (1, MAX_FAILOVER_THRESHOLD),
+            knobs::FAILOVER_THRESHOLD,
             |c, v| c.failover_threshold = v,
         )
     }
@@ -275,9 +245,12 @@ impl DiskDev {
     }
 
     fn store_failover_window(self: &Arc<Self>, input: &[u8]) -> Result {
-        self.store_policy(input, "failover_window_ms", (1, 3_600_000), |c, v| {
-            c.failover_window_ms = v.into()
-        })
+        self.store_policy(
+            input,
+            "failover_window_ms",
+            knobs::FAILOVER_WINDOW_MS,
+            |c, v| c.failover_window_ms = v.into(),
+        )
     }
 
     fn show_failback_probes(&self, out: &mut ShowBuf<'_>) -> Result {
@@ -285,7 +258,7 @@ impl DiskDev {
     }
 
     fn store_failback_probes(self: &Arc<Self>, input: &[u8]) -> Result {
-        self.store_policy(input, "failback_probes", (1, 1_000), |c, v| {
+        self.store_policy(input, "failback_probes", knobs::FAILBACK_PROBES, |c, v| {
             c.failback_probes = v
         })
     }
@@ -295,11 +268,68 @@ impl DiskDev {
     }
 
     fn store_probe_interval(self: &Arc<Self>, input: &[u8]) -> Result {
-        self.store_policy(input, "probe_interval_ms", (100, 600_000), |c, v| {
-            c.probe_interval_ms = v.into()
-        })
+        self.store_policy(
+            input,
+            "probe_interval_ms",
+            knobs::PROBE_INTERVAL_MS,
+            |c, v| c.probe_interval_ms = v.into(),
+        )
     }
 }
+
+impl DiskDev {
+    fn show_telemetry(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, u8::from(self.info.telemetry.is_on()))
+    }
+
+    fn store_telemetry(self: &Arc<Self>, input: &[u8]) -> Result {
+        let on = parse_number(self.name(), "telemetry", knobs::TELEMETRY, input)?;
+        self.info.telemetry.set_on(on == 1);
+        Ok(())
+    }
+
+    fn store_telemetry_reset(self: &Arc<Self>, input: &[u8]) -> Result {
+        if input.trim_ascii() != b"1" {
+            pr_err!(
+                "{}: telemetry_reset: write 1 to zero the telemetry\n",
+                self.name()
+            );
+            return Err(EINVAL);
+        }
+        self.info.telemetry.reset();
+        Ok(())
+    }
+}
+
+/// `telemetry_<transport>_<op>`: one read-only file per transport and operation.
+macro_rules! telemetry_files {
+    ($($attr:ident: $file:literal, $via:ident, $op:ident;)*) => {
+        $(static $attr: DiskAttr<DiskDev> = DiskAttr::ro(c_str!($file), |d, out| {
+            d.info.telemetry.show(Via::$via, Op::$op, out)
+        });)*
+    };
+}
+
+telemetry_files! {
+    T_RDMA_READ: "telemetry_rdma_read", Rdma, Read;
+    T_RDMA_WRITE: "telemetry_rdma_write", Rdma, Write;
+    T_RDMA_FLUSH: "telemetry_rdma_flush", Rdma, Flush;
+    T_RDMA_DISCARD: "telemetry_rdma_discard", Rdma, Discard;
+    T_RDMA_WRITE_ZEROES: "telemetry_rdma_write_zeroes", Rdma, WriteZeroes;
+    T_TCP_READ: "telemetry_tcp_read", Tcp, Read;
+    T_TCP_WRITE: "telemetry_tcp_write", Tcp, Write;
+    T_TCP_FLUSH: "telemetry_tcp_flush", Tcp, Flush;
+    T_TCP_DISCARD: "telemetry_tcp_discard", Tcp, Discard;
+    T_TCP_WRITE_ZEROES: "telemetry_tcp_write_zeroes", Tcp, WriteZeroes;
+}
+
+static TELEMETRY: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("telemetry"),
+    DiskDev::show_telemetry,
+    DiskDev::store_telemetry,
+);
+static TELEMETRY_RESET: DiskAttr<DiskDev> =
+    DiskAttr::wo(c_str!("telemetry_reset"), DiskDev::store_telemetry_reset);
 
 static NAME: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("name"), DiskDev::show_name);
 static EXPORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("export"), DiskDev::show_export);
@@ -387,4 +417,16 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &FAILOVER_WINDOW,
     &FAILBACK_PROBES,
     &PROBE_INTERVAL,
+    &TELEMETRY,
+    &TELEMETRY_RESET,
+    &T_RDMA_READ,
+    &T_RDMA_WRITE,
+    &T_RDMA_FLUSH,
+    &T_RDMA_DISCARD,
+    &T_RDMA_WRITE_ZEROES,
+    &T_TCP_READ,
+    &T_TCP_WRITE,
+    &T_TCP_FLUSH,
+    &T_TCP_DISCARD,
+    &T_TCP_WRITE_ZEROES,
 ];
