@@ -50,6 +50,39 @@ impl DiskDev {
         show_value(out, self.info.peer)
     }
 
+    fn show_port(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.info.peer.port)
+    }
+
+    fn show_tcp_port(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.info.tcp_port)
+    }
+
+    /// The map's `queues=`: the interrupt-driven hardware queues.
+    fn show_queues(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.info.nr_queues - self.info.nr_poll_queues)
+    }
+
+    fn show_poll_queues(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.info.nr_poll_queues)
+    }
+
+    fn show_ro(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, u8::from(self.info.read_only))
+    }
+
+    /// Whether the map gave a `secret=`; the secret itself is never shown.
+    fn show_secret(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(
+            out,
+            if self.info.secret.is_some() {
+                "set"
+            } else {
+                "none"
+            },
+        )
+    }
+
     fn show_state(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(out, self.state_name())
     }
@@ -334,6 +367,13 @@ static TELEMETRY_RESET: DiskAttr<DiskDev> =
 static NAME: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("name"), DiskDev::show_name);
 static EXPORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("export"), DiskDev::show_export);
 static ADDRESS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("address"), DiskDev::show_address);
+static PORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("port"), DiskDev::show_port);
+static TCP_PORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("tcp_port"), DiskDev::show_tcp_port);
+static QUEUES: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("queues"), DiskDev::show_queues);
+static POLL_QUEUES: DiskAttr<DiskDev> =
+    DiskAttr::ro(c_str!("poll_queues"), DiskDev::show_poll_queues);
+static RO: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("ro"), DiskDev::show_ro);
+static SECRET: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("secret"), DiskDev::show_secret);
 static STATE: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("state"), DiskDev::show_state);
 static STATS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("stats"), DiskDev::show_stats);
 static UNMAP: DiskAttr<DiskDev> = DiskAttr::wo_self_remove(c_str!("unmap"), DiskDev::store_unmap);
@@ -401,6 +441,12 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &NAME,
     &EXPORT,
     &ADDRESS,
+    &PORT,
+    &TCP_PORT,
+    &QUEUES,
+    &POLL_QUEUES,
+    &RO,
+    &SECRET,
     &STATE,
     &STATS,
     &UNMAP,
