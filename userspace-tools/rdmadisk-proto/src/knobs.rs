@@ -181,9 +181,9 @@ impl Values {
                     n(min, max).map(Setting::Number)
                 }
             }
-            Values::Multiple { min, max, step } => {
-                n(min, max).filter(|v| v % step == 0).map(Setting::Number)
-            }
+            Values::Multiple { min, max, step } => n(min, max)
+                .filter(|v| v.checked_rem(step) == Some(0))
+                .map(Setting::Number),
             Values::Words(words) => words
                 .iter()
                 .position(|w| w.as_bytes() == input.trim_ascii())
