@@ -1,0 +1,384 @@
+//! rdmadiskctl: map, inspect and tune the disks of the rdmadisk kernel module through its
+//! sysfs files. This file holds the command line and sends each command to its module.
+
+mod disk;
+mod error;
+mod knobs;
+mod list;
+mod map;
+mod rates;
+mod show;
+mod stats;
+mod sysfs;
+mod table;
+mod telemetry;
+mod top;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::sysfs::Sysfs;
+
+const DISK_HELP: &str = "rdmadiskN, /dev/rdmadiskN, or the name given at map time";
+
+const AFTER_HELP: &str = "\
+Environment:
+  RDMADISK_SYSFS  the sysfs root to use instead of /sys (for tests against a fake tree)
+
+Exit status:
+  0  success
+  1  a read or write failed otherwise, or a file could not be parsed
+  2  bad usage, or a value refused before it was written
+  3  the rdmadisk module is not loaded
+  4  no such disk is mapped (or it has no block device yet)
+  5  permission denied: run as root
+  6  the kernel refused the write (its reason is in `dmesg | tail`)
+  7  failover --wait timed out";
+
+const STATS_JSON_HELP: &str = r#"JSON (--json):
+  {"disk": "rdmadisk0", "name": "d1",
+   "counters": {"reads": 400, ...},
+   "telemetry": {"rdma": {"read": {"ios": 400, "bytes": 1638400, "errors": 0, "credit_waits": 0,
+       "lat_us": {"buckets": [[12, 3], [13, 390]],
+                  "p50": {"bucket": 13, "low_us": 8192, "high_us": 16383},
+                  "p90": {..}, "p99": {..}, "p99.9": {..}},
+       "wire_us": {..}}}}}
+  counters: every line of the disk's stats file. telemetry: by transport (rdma, tcp), then
+  operation (read, write, flush, discard, write_zeroes), leaving out those with no I/O and no
+  error. lat_us is dispatch to completion, wire_us request sent to response received, in log2
+  buckets of microseconds: buckets lists the non-empty ones as [index, count]; a percentile is
+  the bucket holding it and its bounds (high_us is null for the last bucket), null when the
+  histogram is empty."#;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rdmadiskctl",
+    version,
+    about = "Map, inspect and tune rdmadisk disks (RDMA block devices with TCP failover)",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Map a target's export as a new /dev/rdmadiskN, and print its path
+    Map(MapArgs),
+    /// Unmap a disk
+    Unmap {
+        #[arg(help = DISK_HELP)]
+        disk: String,
+        /// Unmap even while the disk is open: its outstanding and future I/O fail
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the mapped disks
+    List {
+        /// Print JSON: {"disks":[{"device","path","name","address","export","state","active_transport"}]}
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a disk is, how it is doing, and its knobs
+    Show {
+        #[arg(help = DISK_HELP)]
+        disk: String,
+        /// Print JSON: {"disk","identity":{..},"status":{..},"knobs":{..},"other":{..}}
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a disk's counters and its per-transport, per-operation latency percentiles
+    #[command(after_long_help = STATS_JSON_HELP)]
+    Stats {
+        #[arg(help = DISK_HELP)]
+        disk: String,
+        /// Print JSON (its shape is under --help)
+        #[arg(long)]
+        json: bool,
+        /// Zero the telemetry after printing it
+        #[arg(long)]
+        reset: bool,
+    },
+    /// Set one of a disk's knobs (run with an unknown knob to list them)
+    Set {
+        #[arg(help = DISK_HELP)]
+        disk: String,
+        /// The knob, e.g. max_credits, io_timeout_ms, transport
+        knob: String,
+        /// The new value; it is checked against the knob's range first
+        value: String,
+    },
+    /// Switch a disk's transport, optionally waiting until I/O runs on it
+    Failover {
+        #[arg(help = DISK_HELP)]
+        disk: String,
+        /// The transport to use
+        #[arg(long, value_enum)]
+        to: knobs::Target,
+        /// Wait up to SECS seconds for active_transport to become the one asked for
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+    },
+    /// Live table of every disk: IOPS, MB/s, latency and requests in flight
+    Top {
+        /// Milliseconds between refreshes
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+        interval_ms: u64,
+        /// Exit after this many refreshes
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        iterations: Option<u64>,
+    },
+    /// Print a shell completion script
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+    /// Print the man page (roff), or write every page to a directory
+    Man {
+        /// Write rdmadiskctl.1 and one rdmadiskctl-COMMAND.1 per command into DIR
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct MapArgs {
+    /// Name of the disk (shown in `list`, usable instead of rdmadiskN)
+    #[arg(long)]
+    name: String,
+    /// The target's IPv4 address
+    #[arg(long, value_name = "IP")]
+    addr: String,
+    /// The export to attach
+    #[arg(long)]
+    export: String,
+    /// The target's RDMA (rdma_cm) port [module default: 7700]
+    #[arg(long, value_name = "PORT")]
+    port: Option<String>,
+    /// The target's TCP port, used when RDMA fails [module default: 7701]
+    #[arg(long, value_name = "PORT")]
+    tcp_port: Option<String>,
+    /// Interrupt-driven hardware queues [module default: 1]
+    #[arg(long, value_name = "N")]
+    queues: Option<String>,
+    /// Polled hardware queues, in addition to --queues [module default: 0]
+    #[arg(long, value_name = "N")]
+    poll_queues: Option<String>,
+    /// Map read-only
+    #[arg(long)]
+    ro: bool,
+    /// The export's shared secret in hex (note: visible to other users in the process list)
+    #[arg(long, value_name = "HEX")]
+    secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+impl From<CompletionShell> for clap_complete::Shell {
+    fn from(s: CompletionShell) -> Self {
+        match s {
+            CompletionShell::Bash => clap_complete::Shell::Bash,
+            CompletionShell::Zsh => clap_complete::Shell::Zsh,
+            CompletionShell::Fish => clap_complete::Shell::Fish,
+        }
+    }
+}
+
+/// Writes to standard output; a reader that went away (`| head`) is not an error.
+fn emit(text: &str) -> Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(Error::Io {
+            action: "write",
+            path: "standard output".into(),
+            err: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn emit_line(text: &str) -> Result<()> {
+    emit(&format!("{text}\n"))
+}
+
+fn emit_json(v: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(v).expect("plain maps and numbers always serialize");
+    emit_line(&text)
+}
+
+fn emit_bytes(f: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> Result<()> {
+    let mut buf = Vec::new();
+    f(&mut buf).map_err(|err| Error::Io {
+        action: "render",
+        path: "the output".into(),
+        err,
+    })?;
+    emit(&String::from_utf8_lossy(&buf))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let sysfs = Sysfs::from_env();
+    match cli.command {
+        Command::Map(a) => {
+            let req = map::MapRequest {
+                name: a.name,
+                addr: a.addr,
+                export: a.export,
+                port: a.port,
+                tcp_port: a.tcp_port,
+                queues: a.queues,
+                poll_queues: a.poll_queues,
+                ro: a.ro,
+                secret: a.secret,
+            };
+            emit_line(&map::map(&sysfs, &req)?)
+        }
+        Command::Unmap { disk, force } => emit_line(&map::unmap(&sysfs, &disk, force)?),
+        Command::List { json } => {
+            let l = list::listing(&sysfs)?;
+            if json {
+                emit_json(&l)
+            } else {
+                emit(&list::text(&l))
+            }
+        }
+        Command::Show { disk, json } => {
+            let s = show::show(&disk::Disk::open(&sysfs, &disk)?)?;
+            if json {
+                emit_json(&s)
+            } else {
+                emit(&show::text(&s))
+            }
+        }
+        Command::Stats { disk, json, reset } => {
+            let d = disk::Disk::open(&sysfs, &disk)?;
+            let r = stats::report(&d)?;
+            if json {
+                emit_json(&stats::json(&r))?;
+            } else {
+                emit(&stats::text(&r))?;
+            }
+            if reset {
+                stats::reset(&d)?;
+            }
+            Ok(())
+        }
+        Command::Set { disk, knob, value } => emit_line(&knobs::set(&sysfs, &disk, &knob, &value)?),
+        Command::Failover { disk, to, wait } => emit_line(&knobs::failover(
+            &sysfs,
+            &disk,
+            to,
+            wait.map(Duration::from_secs),
+        )?),
+        Command::Top {
+            interval_ms,
+            iterations,
+        } => top::run(&sysfs, Duration::from_millis(interval_ms), iterations),
+        Command::Completions { shell } => emit_bytes(|buf| {
+            let shell: clap_complete::Shell = shell.into();
+            clap_complete::generate(shell, &mut command(), "rdmadiskctl", buf);
+            Ok(())
+        }),
+        Command::Man { dir: None } => {
+            emit_bytes(|buf| clap_mangen::Man::new(man_command()).render(buf))
+        }
+        Command::Man { dir: Some(dir) } => {
+            clap_mangen::generate_to(man_command(), &dir).map_err(|err| Error::Io {
+                action: "write man pages to",
+                path: dir,
+                err,
+            })
+        }
+    }
+}
+
+/// The command line, with the knob table (which lives in the module's shared code, not in
+/// a string here) added to `set --help`.
+fn command() -> clap::Command {
+    Cli::command().mut_subcommand("set", |c| {
+        c.after_help(format!("Knobs:\n{}", knobs::knob_table()))
+    })
+}
+
+/// The pages leave out `help`, which has no page of its own; the main page names the
+/// others as rdmadiskctl-COMMAND(1), which `man --dir` writes.
+fn man_command() -> clap::Command {
+    command().disable_help_subcommand(true)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rdmadiskctl: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn the_documented_exit_statuses_are_the_ones_returned() {
+        use crate::error::exit;
+        for (code, words) in [
+            (exit::FAILURE, "a read or write failed"),
+            (exit::INVALID, "bad usage"),
+            (exit::NOT_LOADED, "not loaded"),
+            (exit::NO_DISK, "no such disk"),
+            (exit::PERMISSION, "permission denied"),
+            (exit::REFUSED, "the kernel refused"),
+            (exit::TIMEOUT, "timed out"),
+        ] {
+            let line = AFTER_HELP.lines().find(|l| l.contains(words)).unwrap();
+            assert!(line.starts_with(&format!("  {code}  ")), "{line}");
+        }
+    }
+
+    #[test]
+    fn disks_and_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "rdmadiskctl",
+            "failover",
+            "/dev/rdmadisk0",
+            "--to",
+            "tcp",
+            "--wait",
+            "5",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Failover { disk, to, wait } => {
+                assert_eq!(
+                    (disk.as_str(), to, wait),
+                    ("/dev/rdmadisk0", knobs::Target::Tcp, Some(5))
+                );
+            }
+            c => panic!("{c:?}"),
+        }
+        assert!(Cli::try_parse_from(["rdmadiskctl", "top", "--interval-ms", "10"]).is_err());
+        assert!(Cli::try_parse_from(["rdmadiskctl", "completions", "powershell"]).is_err());
+    }
+}
