@@ -4,7 +4,7 @@
 set -euo pipefail
 
 CACHE=${RDMADISK_CACHE:-$HOME/.cache/rdmadisk}
-STAMP=$CACHE/deps-v4.stamp
+STAMP=$CACHE/deps-v5.stamp
 BINDGEN_VER=0.70.1
 RUSTC_WEB_VER=1.85.0+dfsg3-1~deb12u3
 
@@ -17,7 +17,7 @@ PKGS=(
   qemu-system-x86 busybox-static
   rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev librdmacm1 rdmacm-utils
   perftest iproute2 fio libaio-dev dpkg-dev e2fsprogs nftables iptables kmod procps psmisc
-  nvme-cli python3-matplotlib dkms
+  nvme-cli python3-matplotlib dkms tmux
 )
 
 if [ -f "$STAMP" ] && [ -x "$CACHE/bin/bindgen" ] && [ -x /usr/bin/rustc ] && command -v vng >/dev/null; then
