@@ -47,27 +47,34 @@ impl Op {
     }
 }
 
+/// A histogram, and the sum of what it counts (for the mean, which the buckets are too coarse
+/// to give).
 #[derive(Default)]
-struct Histogram([AtomicU64; BUCKETS]);
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS],
+    sum_us: AtomicU64,
+}
 
 impl Histogram {
     fn add_ns(&self, ns: i64) {
         let us = u64::try_from(ns).unwrap_or(0) / 1000;
-        self.0[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
     fn show(&self, out: &mut ShowBuf<'_>) -> core::fmt::Result {
         let mut counts = [0u64; BUCKETS];
-        for (c, a) in counts.iter_mut().zip(&self.0) {
+        for (c, a) in counts.iter_mut().zip(&self.buckets) {
             *c = a.load(Ordering::Relaxed);
         }
         write_sparse(out, &counts)
     }
 
     fn reset(&self) {
-        for a in &self.0 {
+        for a in &self.buckets {
             a.store(0, Ordering::Relaxed);
         }
+        self.sum_us.store(0, Ordering::Relaxed);
     }
 }
 
@@ -165,7 +172,8 @@ impl Telemetry {
         }
     }
 
-    /// `telemetry_<via>_<op>`: `key=value` lines, the histograms in the shared text form.
+    /// `telemetry_<via>_<op>`: `key=value` lines, the histograms in the shared text form, and
+    /// the sums of the latencies they count.
     pub(crate) fn show(&self, via: Via, op: Op, out: &mut ShowBuf<'_>) -> Result {
         let f = self.of(via, op);
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -174,6 +182,8 @@ impl Telemetry {
             writeln!(out, "bytes={}", load(&f.bytes))?;
             writeln!(out, "errors={}", load(&f.errors))?;
             writeln!(out, "credit_waits={}", load(&f.credit_waits))?;
+            writeln!(out, "lat_us_sum={}", load(&f.lat.sum_us))?;
+            writeln!(out, "wire_us_sum={}", load(&f.wire.sum_us))?;
             out.write_str("lat_us=")?;
             f.lat.show(out)?;
             out.write_str("\nwire_us=")?;
