@@ -1,13 +1,24 @@
 # rdmadisk: top-level targets. See README.md.
 #
-#   make            build rdmadisk.ko (and, once, the cached test kernel it builds against)
-#   make check      every test: host unit tests, fuzz replay, and the two-VM test bed
-#   make demo       boot the test bed, load the module, show both RDMA links
-#   make soak N=100 NIC servicing N times and each other fault N/10 times under verified I/O
-#                   (about 80 minutes under TCG); the reliability table
-#   make bench-transport  TCP against RDMA figures, and the I/O gap of a NIC servicing cycle
+#   make, make module  build rdmadisk.ko (and, once, the cached test kernel it builds against)
 #   make kernel     only the cached test kernel
-#   make userspace  the userspace tools (target, test client)
+#   make userspace  the userspace tools (target, test client), cargo build --release
+#   make deps       the host packages and tools the rest needs (idempotent)
+#   make check      every test: host checks, then the two-VM test bed (.ci/run runs this)
+#   make check-host only the host checks: rustfmt of the module sources (with the kernel's
+#                   settings, .rustfmt.toml), cargo fmt, clippy and test of userspace-tools, a
+#                   bounded fuzz of the protocol decoders; needs no kernel build
+#   make check-vm   only the test-bed tests (selftests/run.sh)
+#   make demo       boot the test bed, map /dev/rdmadisk0 and run fio on it over RDMA, over TCP
+#                   while the NIC is serviced, and over RDMA again
+#   make bench      rdmadisk against nvme-rdma, nvme-tcp and RNBD on the same link and RAM disk
+#                   (figures and same-run ratios, selftests/out/bench/; docs/bench/ is the
+#                   committed run)
+#   make bench-transport  TCP against RDMA figures, and the I/O gap of a NIC servicing cycle
+#   make soak N=100 [EVERY=10]  NIC servicing in each of N cycles and every other fault kind in
+#                   every EVERY-th, under verified I/O, then permanent target deaths; the
+#                   reliability table (55-69 minutes under TCG for N=100, docs/reliability.md)
+#   make clean      the module's build products, the generated bindings, cargo's target dir
 #
 # KDIR=<tree> builds the module against another Rust-enabled 6.12 tree.
 

@@ -74,12 +74,16 @@ impl<D: Send + Sync + 'static> DiskAttr<D> {
     ///
     /// `store` must not drop the [`Disk`] this directory belongs to (that waits for the store
     /// to finish: a deadlock); use [`DiskAttr::wo_self_remove`] for that.
+    ///
+    /// [`Disk`]: super::Disk
     pub(crate) const fn rw(name: &'static CStr, show: ShowFn<D>, store: StoreFn<D>) -> Self {
         Self::new(name, 0o644, Some(show), Some(store), false)
     }
 
     /// A write-only (0200) attribute. `Err(e)` from `store` fails the write with `e`; as for
     /// [`DiskAttr::rw`], `store` must not drop the [`Disk`].
+    ///
+    /// [`Disk`]: super::Disk
     pub(crate) const fn wo(name: &'static CStr, store: StoreFn<D>) -> Self {
         Self::new(name, 0o200, None, Some(store), false)
     }
@@ -93,6 +97,8 @@ impl<D: Send + Sync + 'static> DiskAttr<D> {
     /// is open), the file stays, and the write fails with its error. While such a store runs,
     /// the module cannot be unloaded, and another self-removing write to the same directory
     /// fails with `EBUSY`.
+    ///
+    /// [`Disk`]: super::Disk
     pub(crate) const fn wo_self_remove(name: &'static CStr, store: StoreFn<D>) -> Self {
         Self::new(name, 0o200, None, Some(store), true)
     }

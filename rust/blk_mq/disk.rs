@@ -48,8 +48,12 @@ pub(crate) struct Limits {
     pub(crate) virt_boundary_mask: u64,
     /// The device has a volatile write cache: the block layer sends flushes
     /// ([`ReqOp::Flush`]).
+    ///
+    /// [`ReqOp::Flush`]: super::ReqOp::Flush
     pub(crate) write_cache: bool,
     /// The device honours FUA writes ([`Rq::is_fua`]); only with `write_cache`.
+    ///
+    /// [`Rq::is_fua`]: super::Rq::is_fua
     pub(crate) fua: bool,
     /// Largest discard, in sectors; 0: no discard.
     pub(crate) max_discard_sectors: u32,
@@ -305,6 +309,9 @@ impl Drop for GenDisk {
 /// under a token. Never drop a `Disk` from `queue_rq`, from a path that ends the disk's
 /// requests (a completion handler of its transport), or from an attribute callback other
 /// than a [`DiskAttr::wo_self_remove`] one.
+///
+/// [`BlkStatus::IoErr`]: super::BlkStatus::IoErr
+/// [`DiskAttr::wo_self_remove`]: super::DiskAttr::wo_self_remove
 pub(crate) struct Disk<D: Driver> {
     // Field order is teardown order (after `Drop::drop` has removed the directory):
     // `del_gendisk` and `put_disk`, then the tag set, then our `Arc`.
@@ -391,6 +398,8 @@ impl<D: Driver> Disk<D> {
 
     /// Reruns every hardware queue, asynchronously (`blk_mq_run_hw_queues(q, true)`): after
     /// resources that made `queue_rq` return [`BlkStatus::Resource`] came back. Any context.
+    ///
+    /// [`BlkStatus::Resource`]: super::BlkStatus::Resource
     pub(crate) fn run_queues(&self) {
         // SAFETY: The queue lives as long as `self`.
         unsafe { b::blk_mq_run_hw_queues(self.gd.queue(), true) };
@@ -398,6 +407,8 @@ impl<D: Driver> Disk<D> {
 
     /// Runs the requeue list now (`blk_mq_kick_requeue_list`), after [`Rq::requeue`]s without
     /// `kick`. Any context.
+    ///
+    /// [`Rq::requeue`]: super::Rq::requeue
     pub(crate) fn kick_requeue_list(&self) {
         // SAFETY: The queue lives as long as `self`.
         unsafe { b::blk_mq_kick_requeue_list(self.gd.queue()) };

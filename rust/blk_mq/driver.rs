@@ -45,6 +45,8 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// waiting for a transport), and should return quickly. `last` is false when more requests
     /// follow at once; the driver may then defer a doorbell until [`Driver::commit_rqs`] or a
     /// call with `last == true`.
+    ///
+    /// [`Disk::run_queues`]: super::Disk::run_queues
     fn queue_rq(
         &self,
         hctx: &HwQueue<'_>,
@@ -93,6 +95,8 @@ impl HwQueue<'_> {
 /// `q` must be the queue of a [`Disk<D>`] that is not yet dropped (true in every blk-mq
 /// callback: the disk's `Drop` frees the tag set, after which none runs, before releasing the
 /// reference).
+///
+/// [`Disk<D>`]: super::Disk
 pub(super) unsafe fn driver_of<'a, D: Driver>(q: *mut b::request_queue) -> &'a D {
     // SAFETY: `queuedata` is the `Arc<D>` that `Disk::new` turned into a foreign pointer;
     // per the caller's guarantee it outlives this call, and so the reference does.

@@ -351,6 +351,8 @@ impl<P: Send + Sync> Rq<P> {
     /// at tag-set creation by [`Limits::max_segments`]) and returns the number of entries
     /// (> 0). `EINVAL` if the request has no data segments. The entries stay valid until the
     /// next `map_sg` or the end of the request; [`Rq::sg_ptr`] points at them.
+    ///
+    /// [`Limits::max_segments`]: super::Limits::max_segments
     pub(crate) fn map_sg(&mut self) -> Result<u32> {
         let rq = self.ptr.as_ptr();
         // SAFETY: We own the request (and `&mut self` keeps other users of the scatterlist
@@ -384,6 +386,8 @@ impl<P: Send + Sync> Rq<P> {
     /// For a write: the data to send (stable while the request is in flight, see [`Limits`]).
     /// For a read: only once the data is in place, never while a device may still be writing
     /// the pages (an RDMA Write in progress).
+    ///
+    /// [`Limits`]: super::Limits
     pub(crate) fn for_each_segment(&self, mut f: impl FnMut(&[u8])) {
         // SAFETY: We own the request, so its bios and their pages stay put; each `(addr, len)`
         // is a live `kmap_local` mapping of `len` bytes of one of those pages, valid until `f`
@@ -439,6 +443,8 @@ impl<P: Send + Sync> Rq<P> {
     /// Gives the request back to blk-mq to be queued again later (`blk_mq_requeue_request`);
     /// with `kick`, the requeue list is run at once, otherwise at the next
     /// [`Disk::kick_requeue_list`]. Any context.
+    ///
+    /// [`Disk::kick_requeue_list`]: super::Disk::kick_requeue_list
     pub(crate) fn requeue(self, kick: bool) {
         let rq = self.into_raw();
         // SAFETY: We owned the (started) request and give it back, exactly once.

@@ -20,10 +20,10 @@ fi
 
 no_disks() { on compute "[ -z \"\$(cat $DK_CTL/devices)\" ] && ! ls -d /sys/block/rdmadisk* >/dev/null 2>&1"; }
 
-# 1. Malformed lines: EINVAL, a dmesg line quoting the key ("... key 'port'", as the shared
-#    option parser words it), and no disk.
-# Malformed map lines and knob values are tests/79-bad-input.sh's corpus.
+# Malformed map lines and knob values (EINVAL, a dmesg line naming the key, no disk) are
+# tests/79-bad-input.sh's corpus.
 
+# 1. A good map line: /dev/rdmadisk0, ctl/devices, the per-disk sysfs files and their modes.
 out=$(dk_map "name=m0 addr=$DK_S port=$DK_PORT export=vol0")
 rc=$?
 printf '%s\n' "$out" | indent
@@ -39,6 +39,8 @@ res $? "sysfs: name, export, address, state, size read 'm0 vol0 $DK_S:$DK_PORT l
 out=$(on compute "cd $A && stat -c '%n=%a' unmap name export address state stats io_timeout_ms loss_timeout_s | tr '\n' ' '")
 [ "$out" = "unmap=200 name=444 export=444 address=444 state=444 stats=444 io_timeout_ms=644 loss_timeout_s=644 " ]
 res $? "sysfs modes: unmap write-only, name/export/address/state/stats read-only, knobs read-write ($out)"
+
+# 2. The stats file: the data path's counters, as key=value lines.
 dk_csnap rdmadisk0
 missing=
 for k in reads writes read_bytes write_bytes flushes discards write_zeroes responses remote_invalidations \
@@ -49,7 +51,8 @@ done
 [ -z "$missing" ]
 res $? "stats has every counter as key=value${missing:+ (missing:$missing)}"
 
-# 3. The knobs: defaults, good values (io_timeout_ms is blk-mq's request timeout), bad values.
+# 3. Two knobs, io_timeout_ms (blk-mq's request timeout) and loss_timeout_s: defaults and good
+#    values (bad ones are 79's).
 out=$(on compute "cd $A && echo \$(cat io_timeout_ms) \$(cat loss_timeout_s) \$(cat ../queue/io_timeout)")
 [ "$out" = "30000 60 30000" ]
 res $? "defaults: io_timeout_ms=30000 (queue/io_timeout 30000), loss_timeout_s=60 (got '$out')"
@@ -65,7 +68,10 @@ grep -q '^rc=1 .*File exists' <<<"$out" && grep -q "rdmadisk.*m0" <<<"$out" &&
 res $? "map the name m0 again: EEXIST, dmesg names m0, rdmadisk0 untouched"
 printf '%s\n' "$out" | grep -v '^---' | indent
 
-# 5. Targets that do not answer or refuse: bounded failure, nothing left behind.
+# 5. Targets that do not answer or refuse: bounded failure, nothing left behind. An unreachable
+#    address answers neither over RDMA nor over TCP (the map tries both and fails with the
+#    RDMA attempt's errno); a port with no RDMA listener answers with an rdma_cm reject, and an
+#    unknown export with the target's refusal: both are final (ECONNREFUSED, no TCP attempt).
 fails() { # fails OPTIONS BUDGET-SECONDS DESCRIPTION
   local out secs
   out=$(dk_map "$1" 60)

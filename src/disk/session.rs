@@ -382,7 +382,9 @@ impl DiskDev {
     }
 
     /// Mapping: the first set, on RDMA, or on TCP when RDMA cannot be had (no device, no
-    /// path) and the target answers there. A refusal by the target is final.
+    /// path, no answer) and the target answers there. A refusal (`ECONNREFUSED`: the target's
+    /// refusing reply, or any rdma_cm reject, which is also what a port with no RDMA listener
+    /// answers) is final. If TCP fails too, the RDMA attempt's error is the map's.
     fn attach_first_set(self: &Arc<Self>) {
         let epoch = self.next_epoch();
         let budget = self.budget_ms();

@@ -1,7 +1,8 @@
 # shellcheck shell=bash disable=SC2034 # FIO_*, DK_DEV, DK_CS, DK_TS are for the tests that source this
-# Helpers shared by the block-device tests (59-*.sh, 6x-*.sh) and selftests/demo.sh: the
-# userspace target on the storage VM, mapping /dev/rdmadiskN on the compute VM, both sides'
-# counters, and fio with its results parsed.
+# Helpers shared by every test of the block device (15-dkms.sh and 59-95), lib/transport.sh,
+# lib/soak.sh, selftests/demo.sh, the benchmarks (selftests/bench/) and run.sh's clean-up after
+# a killed test: the userspace target on the storage VM, mapping /dev/rdmadiskN on the compute
+# VM, both sides' counters, and fio with its results parsed.
 #
 # This file lives in tests/lib/ because selftests/run.sh runs every tests/*.sh as a test; it
 # is sourced, never run:  source "$TB_REPO/selftests/tests/lib/disk.sh"

@@ -1,7 +1,9 @@
 # shellcheck shell=bash disable=SC2034 # TR_* are for the tests that source this
-# Helpers for the transport tests (70-74) and bench/tcp-vs-rdma.sh: the RDMA <-> TCP switch
-# knobs, waits on the disk's transport with a bounded deadline, fio in verified rounds that
-# run until told to stop, the compute VM's rxe device, and kernel splats since a mark.
+# Helpers for the transport and failure tests (67-86, 90, 95), lib/soak.sh, the benchmarks
+# (bench/peers.sh, bench/tcp-vs-rdma.sh) and run.sh's clean-up after a killed test: the
+# RDMA <-> TCP switch knobs, waits on the disk's transport with a bounded deadline, fio in
+# verified rounds that run until told to stop, the compute VM's rxe device, and kernel splats
+# since a mark.
 # Sourced after lib/disk.sh:  source "$TB_REPO/selftests/tests/lib/transport.sh"
 #
 # The per-disk files (/sys/block/rdmadiskN/rdmadisk/): transport (rw: auto|rdma|tcp),

@@ -1,5 +1,5 @@
 //! The `key=value` option strings written to the module's control files
-//! (`probe`, and later `map_device`), in the style of RNBD's `map_device`.
+//! (`map_device` and `probe`), in the style of RNBD's `map_device`.
 //!
 //! Input is whitespace-separated tokens, each `key=value`, except the bare
 //! flag `ro`. Keys may appear once. Parsing is pure and allocation-free so

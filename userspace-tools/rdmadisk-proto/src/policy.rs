@@ -49,7 +49,9 @@ pub struct PolicyConfig {
     pub failover_window_ms: u64,
     /// S: consecutive successful probes needed to fail back, >= 1.
     pub failback_probes: u32,
-    /// T: interval between probes, and the time a probe may take, in ms, > 0.
+    /// T: interval between probes, in ms, > 0. A probe asked for and not reported within T
+    /// counts as failed ([`Policy::on_tick`]); the kernel driver reports every probe itself,
+    /// each bounded by T clamped to 5..10 s.
     pub probe_interval_ms: u64,
 }
 
@@ -142,8 +144,10 @@ pub enum Transport {
 pub enum State {
     /// I/O runs on RDMA.
     Rdma,
-    /// Switching: no new I/O is issued, I/O in flight on the old transport is
-    /// requeued or completes, then the driver calls `on_drained`.
+    /// Switching: the driver connects the new transport while the old one, if it
+    /// still has connections, goes on carrying I/O; then it puts the new
+    /// connections in place, tears the old ones down, reissues their requests
+    /// on the new transport, and calls `on_drained`.
     Draining {
         /// The transport being switched to.
         to: Transport,
@@ -188,8 +192,9 @@ impl State {
             )
     }
 
-    /// The transport new I/O is issued on, or `None` while draining (the
-    /// queues are quiesced).
+    /// The transport the policy has settled on, or `None` while draining. (The
+    /// kernel driver does not stop I/O for a drain: it issues it on whatever
+    /// connections are installed until the new ones replace them.)
     pub fn transport(self) -> Option<Transport> {
         match self {
             State::Rdma => Some(Transport::Rdma),
@@ -204,15 +209,16 @@ impl State {
 pub enum Action {
     /// Nothing.
     None,
-    /// Quiesce, requeue or finish I/O on RDMA and release RDMA resources,
-    /// connect TCP, then call `on_drained`.
+    /// Connect TCP, put it in RDMA's place, tear the RDMA connections down
+    /// (their requests are reissued on TCP), then call `on_drained`.
     DrainToTcp,
-    /// Connect RDMA, quiesce, finish or requeue I/O on TCP, then call
+    /// Connect RDMA while TCP carries I/O, put it in TCP's place, tear the
+    /// TCP connections down (their requests are reissued on RDMA), then call
     /// `on_drained` (or `on_rdma_failure` if RDMA cannot be brought up).
     DrainToRdma,
-    /// Drain finished: issue I/O on TCP and unquiesce.
+    /// Drain finished: I/O runs on TCP.
     UseTcp,
-    /// Drain finished: issue I/O on RDMA and unquiesce.
+    /// Drain finished: I/O runs on RDMA.
     UseRdma,
     /// Probe RDMA (connect and NOP) and report with `on_probe_result`
     /// within `probe_interval_ms`. Any earlier probe is abandoned.
