@@ -136,6 +136,18 @@ impl FdBacking {
     /// mounted or held by another exclusive opener; a file is locked (flock), exclusively for
     /// read-write and shared for read-only, so two targets cannot serve one image.
     pub fn open(path: &Path, read_only: bool, direct: bool) -> io::Result<FdBacking> {
+        Self::open_with(path, read_only, direct, true)
+    }
+
+    /// Opens `path` as [`FdBacking::open`] does (the same access, O_DIRECT, type and block
+    /// size checks) but without the exclusive hold: no O_EXCL, no lock. For
+    /// `--check-config`, which must neither disturb a target serving the export now nor fail
+    /// because one does.
+    pub fn inspect(path: &Path, read_only: bool, direct: bool) -> io::Result<FdBacking> {
+        Self::open_with(path, read_only, direct, false)
+    }
+
+    fn open_with(path: &Path, read_only: bool, direct: bool, hold: bool) -> io::Result<FdBacking> {
         let meta = std::fs::metadata(path)?;
         let block_device = meta.file_type().is_block_device();
         if !block_device && !meta.file_type().is_file() {
@@ -148,7 +160,7 @@ impl FdBacking {
         if direct {
             flags |= libc::O_DIRECT;
         }
-        if block_device {
+        if block_device && hold {
             flags |= libc::O_EXCL;
         }
         let mut file = OpenOptions::new()
@@ -167,7 +179,7 @@ impl FdBacking {
                 ),
                 _ => e,
             })?;
-        if !block_device {
+        if !block_device && hold {
             let op = if read_only {
                 libc::LOCK_SH
             } else {
@@ -382,7 +394,20 @@ mod tests {
         // Exclusive: a second open of the image fails while this one holds it.
         let e = FdBacking::open(&p, false, false).err().unwrap();
         assert!(e.to_string().contains("locked"), "{e}");
+        // An inspection takes no hold: it works beside the holder, and leaves it alone.
+        let seen = FdBacking::inspect(&p, false, false).unwrap();
+        assert_eq!(seen.geometry().capacity, 1 << 20);
+        drop(seen);
         drop(b);
         assert!(FdBacking::open(&p, true, false).is_ok());
+    }
+
+    #[test]
+    fn inspecting_reports_what_opening_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = FdBacking::inspect(&dir.path().join("none"), true, false);
+        assert_eq!(missing.err().unwrap().kind(), io::ErrorKind::NotFound);
+        let not_a_file = FdBacking::inspect(dir.path(), true, false).err().unwrap();
+        assert!(not_a_file.to_string().contains("not a regular file"));
     }
 }

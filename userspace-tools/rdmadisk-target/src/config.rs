@@ -1,18 +1,31 @@
 //! Command line and TOML configuration.
 //!
-//! A flag given on the command line wins over the same key in the file: for a value (a port, a
-//! size) the flag's value is used; a list flag (`--allow`, `--hostile`) replaces the file's
-//! list; a switch (`--no-rdma`, `--allow-any`...) turns the setting on whatever the file says
-//! (a switch cannot turn off what the file turned on). Exports from flags are added to the
-//! file's.
+//! A flag given on the command line wins over the same key in the file:
+//!
+//! - a value (a port, a size, a path) replaces the file's;
+//! - a switch has a flag for each way (`--no-rdma` and `--rdma`, `--no-tcp` and `--tcp`,
+//!   `--no-direct` and `--direct`, `--no-exclusive NAME` and `--exclusive NAME`), so the
+//!   command line can turn a setting off or on whatever the file says; of two opposite flags
+//!   the last given wins;
+//! - who may attach is one setting: `--allow` (a list) or `--allow-any` on the command line
+//!   replaces both the file's `allow` list and its `allow_any`;
+//! - a list flag (`--allow`, `--hostile`) replaces the file's list;
+//! - exports are not replaced but combined: `--export` and `--export-ro` add exports to the
+//!   file's `[[export]]` tables, and a name may appear only once in all. (Replacing a file's
+//!   export from the command line would silently drop its allow-list or secret.)
+//!
+//! Every problem is collected, not only the first ([`Problems`]), so that `--check-config`
+//! and a failed start can list them all.
 
+use std::fmt;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use rdmadisk_net::allow::AllowList;
 use rdmadisk_proto::auth::Secret;
-use rdmadisk_proto::options::DEFAULT_TCP_PORT;
+use rdmadisk_proto::options::{DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT};
 use rdmadisk_proto::wire::SECTOR_SIZE;
 use serde::Deserialize;
 
@@ -24,27 +37,38 @@ use crate::hostile::{Hostile, Kind};
 #[command(
     version,
     about,
+    args_conflicts_with_subcommands = true,
     after_help = "\
 Access is denied by default: give an allow-list (--allow, or allow = [..] in the file), or
 --listen with a specific address (everyone who can reach it may attach), or --allow-any.
 
+A flag wins over the same key in the config file; opposite switches (--rdma/--no-rdma...)
+let the command line turn a file's setting either way; exports from flags are added to the
+file's (names must be unique).
+
 EXAMPLES:
   rdmadisk-target --listen 192.0.2.2 --allow 192.0.2.0/24 --export disk0=/dev/nvme0n1
-  rdmadisk-target --config /etc/rdmadisk/target.toml --stats-file /run/rdmadisk-target.stats
+  rdmadisk-target --config /etc/rdmadisk/target.toml
+  rdmadisk-target --check-config --config /etc/rdmadisk/target.toml
+  rdmadisk-target stats --config /etc/rdmadisk/target.toml --json
 
 TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], allow_any,
 max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, inline_max,
-ack_timeout_exp, max_connections,
-max_connections_per_host, hello_timeout_s, idle_timeout_s, send_timeout_s,
-shutdown_timeout_s, stats_file, log_level, corrupt_read_every, fail_write_crc_every,
-hostile = [..], hostile_every, and [[export]] tables with name, path, read_only, allow = [..],
-exclusive, secret_file. See userspace-tools/README.md."
+ack_timeout_exp, max_connections, max_connections_per_host, hello_timeout_s,
+idle_timeout_s, send_timeout_s, shutdown_timeout_s, stats_file, log_level,
+corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, and [[export]]
+tables with name, path, read_only, allow = [..], exclusive, secret_file. See
+userspace-tools/README.md and rdmadisk-target.example.toml."
 )]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// TOML configuration file.
-    #[arg(long, short = 'c')]
+    #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Check the configuration and the exports (open them), print what would be served, exit.
+    /// Check the configuration (file and flags) and that every export can be opened as it
+    /// will be served (without taking its exclusive hold), print what would be served, and
+    /// exit: 0 if all is well, 1 with every problem found.
     #[arg(long)]
     pub check_config: bool,
     /// Address to listen on (both transports). Default 0.0.0.0, which needs an allow-list or
@@ -58,30 +82,42 @@ pub struct Args {
     #[arg(long)]
     pub tcp_port: Option<u16>,
     /// Do not listen on RDMA.
-    #[arg(long)]
+    #[arg(long, overrides_with = "rdma")]
     pub no_rdma: bool,
+    /// Listen on RDMA (the default; overrides no_rdma = true in the file).
+    #[arg(long, overrides_with = "no_rdma")]
+    pub rdma: bool,
     /// Do not listen on TCP.
-    #[arg(long)]
+    #[arg(long, overrides_with = "tcp")]
     pub no_tcp: bool,
-    /// Export NAME=PATH (a file or block device), read-write. Repeatable.
+    /// Listen on TCP (the default; overrides no_tcp = true in the file).
+    #[arg(long, overrides_with = "no_tcp")]
+    pub tcp: bool,
+    /// Export NAME=PATH (a file or block device), read-write. Repeatable; added to the file's
+    /// exports.
     #[arg(long = "export", value_name = "NAME=PATH")]
     pub exports: Vec<String>,
-    /// Export NAME=PATH read-only. Repeatable.
+    /// Export NAME=PATH read-only. Repeatable; added to the file's exports.
     #[arg(long = "export-ro", value_name = "NAME=PATH")]
     pub exports_ro: Vec<String>,
     /// Require the secret in PATH (hex, 16 to 64 bytes, not readable by others) from clients
-    /// of export NAME. Repeatable.
+    /// of export NAME (overrides the export's secret_file). Repeatable.
     #[arg(long = "secret-file", value_name = "NAME=PATH")]
     pub secret_files: Vec<String>,
     /// Let several client hosts attach export NAME read-write at once (by default one host
-    /// at a time). Repeatable.
+    /// at a time; overrides exclusive = true). Repeatable.
     #[arg(long = "no-exclusive", value_name = "NAME")]
     pub no_exclusive: Vec<String>,
-    /// Allowed client address or CIDR block, for every export. Repeatable.
+    /// Let one client host at a time attach export NAME read-write (the default; overrides
+    /// exclusive = false in the file). Repeatable.
+    #[arg(long = "exclusive", value_name = "NAME")]
+    pub exclusive: Vec<String>,
+    /// Allowed client address or CIDR block, for every export. Repeatable; replaces the
+    /// file's allow list and allow_any.
     #[arg(long = "allow", value_name = "IP[/PREFIX]")]
     pub allow: Vec<String>,
-    /// Let any client attach (no allow-list). Needed when none is given and --listen is not a
-    /// specific address.
+    /// Let any client attach (no allow-list; replaces the file's allow list). Needed when
+    /// none is given and --listen is not a specific address.
     #[arg(long)]
     pub allow_any: bool,
     /// Largest I/O in bytes. Default 1 MiB.
@@ -94,8 +130,11 @@ pub struct Args {
     #[arg(long)]
     pub credits: Option<u16>,
     /// Serve through the page cache, not O_DIRECT.
-    #[arg(long)]
+    #[arg(long, overrides_with = "direct")]
     pub no_direct: bool,
+    /// Serve with O_DIRECT (the default; overrides direct = false in the file).
+    #[arg(long, overrides_with = "no_direct")]
+    pub direct: bool,
     /// Bytes of data buffers all connections together may hold. Default 256 MiB.
     #[arg(long)]
     pub buffer_memory: Option<u64>,
@@ -118,11 +157,12 @@ pub struct Args {
     /// Connections at once from one client address. Default 64.
     #[arg(long)]
     pub max_connections_per_host: Option<usize>,
-    /// Seconds a TCP client has for its whole Hello. Default 5.
+    /// Seconds a TCP client has for its whole Hello (and any client for a secret's proof).
+    /// Default 5.
     #[arg(long)]
     pub hello_timeout_s: Option<u64>,
-    /// Seconds without a message (and nothing in flight) after which a connection is closed;
-    /// 0: never. Default 120 (clients send keepalives well within it).
+    /// Seconds without a message (and nothing in flight) after which an RDMA connection is
+    /// closed; 0: never. Default 120 (clients send keepalives well within it).
     #[arg(long)]
     pub idle_timeout_s: Option<u64>,
     /// Seconds a response may wait to be sent (a client that does not read, or grants no
@@ -133,10 +173,11 @@ pub struct Args {
     /// Default 10.
     #[arg(long)]
     pub shutdown_timeout_s: Option<u64>,
-    /// Rewrite counters to this file every second and on SIGUSR1 (key=value lines).
+    /// Rewrite counters to this file every second, on SIGUSR1 and at exit (key=value lines;
+    /// `rdmadisk-target stats` prints them).
     #[arg(long)]
     pub stats_file: Option<PathBuf>,
-    /// Log level: error, warn, info, debug or trace. Default info.
+    /// Log level: off, error, warn, info, debug or trace. Default info.
     #[arg(long)]
     pub log_level: Option<String>,
     /// Test switch: corrupt one byte of read data after computing its CRC, on 1 in N reads.
@@ -171,6 +212,27 @@ pub struct Args {
     /// ones), so a client runs out of credits with nothing in flight.
     #[arg(long)]
     pub grant_no_credits: bool,
+}
+
+/// Subcommands: tools that read what a running target leaves behind.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print a running target's counters from its stats file.
+    Stats(StatsArgs),
+}
+
+/// `rdmadisk-target stats`.
+#[derive(clap::Args, Debug, Default)]
+pub struct StatsArgs {
+    /// The stats file (the target's --stats-file).
+    #[arg(long, value_name = "PATH")]
+    pub stats_file: Option<PathBuf>,
+    /// Or the target's TOML config, to take stats_file from.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// One JSON object: the file, its age and every counter.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// One `[[export]]` table.
@@ -228,6 +290,14 @@ pub struct FileConf {
     pub export: Vec<ExportConf>,
 }
 
+impl FileConf {
+    /// Reads and parses a config file.
+    pub fn read(p: &Path) -> Result<FileConf, String> {
+        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))
+    }
+}
+
 /// One export, as configured.
 #[derive(Debug, Clone)]
 pub struct ExportSpec {
@@ -242,6 +312,8 @@ pub struct ExportSpec {
 /// The merged configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The file it came from, if any.
+    pub file: Option<PathBuf>,
     pub listen: IpAddr,
     pub rdma_port: Option<u16>,
     pub tcp_port: Option<u16>,
@@ -272,15 +344,47 @@ pub struct Config {
     pub stall_sector: Option<u64>,
     pub grant_no_credits: bool,
     pub exports: Vec<ExportSpec>,
-    pub check_only: bool,
 }
 
-fn parse_export(s: &str, read_only: bool) -> Result<ExportConf, String> {
-    let (name, path) = s
-        .split_once('=')
-        .ok_or_else(|| format!("--export {s:?}: expected NAME=PATH"))?;
+/// Everything found wrong with a configuration, one problem per entry.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Problems(pub Vec<String>);
+
+impl Problems {
+    pub fn add(&mut self, p: impl Into<String>) {
+        self.0.push(p.into());
+    }
+
+    /// `r`'s value; or, noting its error, `fallback`, so that checking goes on.
+    pub fn take<T>(&mut self, r: Result<T, String>, fallback: T) -> T {
+        r.unwrap_or_else(|e| {
+            self.add(e);
+            fallback
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether some problem mentions `needle`.
+    #[cfg(test)]
+    pub fn contains(&self, needle: &str) -> bool {
+        self.0.iter().any(|p| p.contains(needle))
+    }
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+fn parse_export(s: &str, flag: &str, read_only: bool) -> Result<ExportConf, String> {
+    let bad = || format!("{flag} {s:?}: expected NAME=PATH");
+    let (name, path) = s.split_once('=').ok_or_else(bad)?;
     if name.is_empty() || path.is_empty() {
-        return Err(format!("--export {s:?}: expected NAME=PATH"));
+        return Err(bad());
     }
     Ok(ExportConf {
         name: name.to_string(),
@@ -294,7 +398,7 @@ fn parse_export(s: &str, read_only: bool) -> Result<ExportConf, String> {
 
 /// Reads a secret file: hex digits, whitespace around them ignored. It must not be readable
 /// by others than its owner and group (it is a key).
-fn read_secret(export: &str, p: &std::path::Path) -> Result<Secret, String> {
+fn read_secret(export: &str, p: &Path) -> Result<Secret, String> {
     use std::os::unix::fs::PermissionsExt;
     let where_ = || format!("export {export}: secret file {}", p.display());
     let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", where_()))?;
@@ -334,43 +438,79 @@ fn inline_max(v: u32, max_io_bytes: u32) -> Result<u32, String> {
     Ok(v)
 }
 
+/// A pair of opposite switches (at most one is set: the last given wins, see `Args`), over
+/// the file's value.
+fn switch(on: bool, off: bool, file: Option<bool>) -> Option<bool> {
+    if on {
+        Some(true)
+    } else if off {
+        Some(false)
+    } else {
+        file
+    }
+}
+
 impl Config {
-    /// Merges the file (if any) and the flags, and checks the result.
-    pub fn load(args: &Args) -> Result<Config, String> {
+    /// Merges the file (if any) and the flags, and checks the result: every problem found,
+    /// or the configuration.
+    pub fn load(args: &Args) -> Result<Config, Problems> {
+        let (c, p) = Self::load_all(args);
+        if p.is_empty() {
+            Ok(c)
+        } else {
+            Err(p)
+        }
+    }
+
+    /// Like [`Config::load`], but the configuration comes back with its problems: a setting
+    /// that is wrong has its default in it, so that `--check-config` can go on and check the
+    /// exports too.
+    pub fn load_all(args: &Args) -> (Config, Problems) {
+        let mut p = Problems::default();
         let file: FileConf = match &args.config {
-            Some(p) => {
-                let text =
-                    std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
-            }
+            Some(path) => p.take(FileConf::read(path), FileConf::default()),
             None => FileConf::default(),
         };
+        // A file that could not be read is one problem, not also every setting it lacks.
+        let file_read = p.is_empty();
         let mut exports = file.export.clone();
         for e in &args.exports {
-            exports.push(parse_export(e, false)?);
+            if let Some(e) = p.take(parse_export(e, "--export", false).map(Some), None) {
+                exports.push(e);
+            }
         }
         for e in &args.exports_ro {
-            exports.push(parse_export(e, true)?);
+            if let Some(e) = p.take(parse_export(e, "--export-ro", true).map(Some), None) {
+                exports.push(e);
+            }
         }
-        let allow = if args.allow.is_empty() {
-            file.allow.clone()
+        // Who may attach: the command line's choice, if it made one, else the file's.
+        let (allow, allow_any) = if !args.allow.is_empty() || args.allow_any {
+            (args.allow.clone(), args.allow_any)
         } else {
-            args.allow.clone()
+            (file.allow.clone(), file.allow_any.unwrap_or(false))
         };
-        let credits = range(
-            "credits",
-            args.credits.or(file.credits).unwrap_or(32),
-            1,
-            1024,
-        )?;
+        let credits = p.take(
+            range(
+                "credits",
+                args.credits.or(file.credits).unwrap_or(32),
+                1,
+                1024,
+            ),
+            32,
+        );
         let max_io_bytes = args.max_io_bytes.or(file.max_io_bytes).unwrap_or(1 << 20);
-        if max_io_bytes < 4096 || max_io_bytes % 4096 != 0 || max_io_bytes > 64 << 20 {
-            return Err(format!(
+        let max_io_bytes =
+            if max_io_bytes < 4096 || max_io_bytes % 4096 != 0 || max_io_bytes > 64 << 20 {
+                p.add(format!(
                 "max_io_bytes = {max_io_bytes}: must be a multiple of 4096 from 4096 to 67108864"
             ));
-        }
-        let no_rdma = args.no_rdma || file.no_rdma.unwrap_or(false);
-        let no_tcp = args.no_tcp || file.no_tcp.unwrap_or(false);
+                1 << 20
+            } else {
+                max_io_bytes
+            };
+        let rdma_on = switch(args.rdma, args.no_rdma, file.no_rdma.map(|off| !off)).unwrap_or(true);
+        let tcp_on = switch(args.tcp, args.no_tcp, file.no_tcp.map(|off| !off)).unwrap_or(true);
         let names = if args.hostile.is_empty() {
             &file.hostile
         } else {
@@ -378,58 +518,69 @@ impl Config {
         };
         let mut kinds = Vec::new();
         for n in names {
-            let k = Kind::parse(n)?;
-            if !kinds.contains(&k) {
-                kinds.push(k);
+            if let Some(k) = p.take(Kind::parse(n).map(Some), None) {
+                if !kinds.contains(&k) {
+                    kinds.push(k);
+                }
             }
+        }
+        let every = args.hostile_every.or(file.hostile_every).unwrap_or(3);
+        if every == 0 {
+            p.add("hostile_every must be at least 1");
         }
         let hostile = Hostile {
             kinds,
-            every: args.hostile_every.or(file.hostile_every).unwrap_or(3),
+            every: every.max(1),
         };
-        if hostile.every == 0 {
-            return Err("hostile_every must be at least 1".into());
-        }
         let listen_given = args.listen.or(file.listen);
         let listen = listen_given.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        let mut allow_any = args.allow_any || file.allow_any.unwrap_or(false);
+        let mut allow_any = allow_any;
         if allow.is_empty() && !allow_any {
             match listen_given {
                 // A specific address: the operator chose who can reach it.
                 Some(a) if !a.is_unspecified() => allow_any = true,
-                _ => {
-                    return Err(
-                        "no allow-list: give --allow (or allow = [..]), --listen with a specific address, or --allow-any to let any client attach"
-                            .into(),
-                    )
-                }
+                _ if !file_read => {}
+                _ => p.add(
+                    "no allow-list: give --allow (or allow = [..]), --listen with a specific address, or --allow-any to let any client attach",
+                ),
             }
         }
         if allow_any && !allow.is_empty() {
-            return Err("allow_any and an allow-list exclude each other".into());
+            p.add("allow_any and an allow-list exclude each other");
         }
-        let secs = |name: &str, v: Option<u64>, default: u64, lo: u64, hi: u64| {
-            range(name, v.unwrap_or(default), lo, hi).map(Duration::from_secs)
-        };
-        let idle = range(
-            "idle_timeout_s",
-            args.idle_timeout_s.or(file.idle_timeout_s).unwrap_or(120),
-            0,
-            86_400,
-        )?;
+        if let Err(e) = AllowList::parse(&allow) {
+            p.add(format!("allow: {e}"));
+        }
+        let secs =
+            |p: &mut Problems, name: &str, v: Option<u64>, default: u64, lo: u64, hi: u64| {
+                Duration::from_secs(p.take(range(name, v.unwrap_or(default), lo, hi), default))
+            };
+        let idle = p.take(
+            range(
+                "idle_timeout_s",
+                args.idle_timeout_s.or(file.idle_timeout_s).unwrap_or(120),
+                0,
+                86_400,
+            ),
+            120,
+        );
         let level = args
             .log_level
             .clone()
             .or(file.log_level.clone())
             .unwrap_or_else(|| "info".into());
+        let log_level = p.take(crate::logging::parse_level(&level), log::LevelFilter::Info);
         let mut specs = Vec::new();
         for e in &exports {
-            rdmadisk_proto::wire::ExportName::new(e.name.as_bytes()).map_err(|_| {
-                format!(
+            if rdmadisk_proto::wire::ExportName::new(e.name.as_bytes()).is_err() {
+                p.add(format!(
                     "export name {:?}: 1-32 characters of [A-Za-z0-9._-]",
                     e.name
-                )
-            })?;
+                ));
+            }
+            if let Err(err) = AllowList::parse(&e.allow) {
+                p.add(format!("export {}: allow: {err}", e.name));
+            }
             let flag = args
                 .secret_files
                 .iter()
@@ -437,100 +588,126 @@ impl Config {
                 .find(|(n, _)| *n == e.name)
                 .map(|(_, p)| PathBuf::from(p));
             let secret = match flag.as_ref().or(e.secret_file.as_ref()) {
-                Some(p) => Some(read_secret(&e.name, p)?),
+                Some(path) => p.take(read_secret(&e.name, path).map(Some), None),
                 None => None,
+            };
+            let exclusive = if args.exclusive.contains(&e.name) {
+                true
+            } else if args.no_exclusive.contains(&e.name) {
+                false
+            } else {
+                e.exclusive.unwrap_or(true)
             };
             specs.push(ExportSpec {
                 name: e.name.clone(),
                 path: e.path.clone(),
                 read_only: e.read_only,
                 allow: e.allow.clone(),
-                exclusive: e.exclusive.unwrap_or(true) && !args.no_exclusive.contains(&e.name),
+                exclusive,
                 secret,
             });
         }
-        let c = Config {
-            listen,
-            rdma_port: if no_rdma {
-                None
-            } else {
-                Some(args.rdma_port.or(file.rdma_port).unwrap_or(7700))
-            },
-            tcp_port: if no_tcp {
-                None
-            } else {
-                Some(args.tcp_port.or(file.tcp_port).unwrap_or(DEFAULT_TCP_PORT))
-            },
-            allow,
-            allow_any,
-            max_io_bytes,
-            queue_depth: args.queue_depth.or(file.queue_depth).unwrap_or(credits),
-            credits,
-            direct: !args.no_direct && file.direct.unwrap_or(true),
-            buffer_memory: range(
+        let buffer_memory = p.take(
+            range(
                 "buffer_memory",
                 args.buffer_memory
                     .or(file.buffer_memory)
                     .unwrap_or(256 << 20),
                 u64::from(max_io_bytes),
                 1 << 40,
-            )?,
-            rdma_window: range(
-                "rdma_window",
-                args.rdma_window.or(file.rdma_window).unwrap_or(256 << 10),
-                4096,
-                64 << 20,
-            )?,
-            inline_max: inline_max(
-                args.inline_max.or(file.inline_max).unwrap_or(4096),
-                max_io_bytes,
-            )?,
-            ack_timeout_exp: range(
-                "ack_timeout_exp",
-                args.ack_timeout_exp
-                    .or(file.ack_timeout_exp)
-                    .unwrap_or(DEFAULT_ACK_TIMEOUT_EXP),
-                14,
-                24,
-            )?,
-            max_connections: range(
-                "max_connections",
-                args.max_connections.or(file.max_connections).unwrap_or(256),
-                1,
-                65_536,
-            )?,
-            max_connections_per_host: range(
-                "max_connections_per_host",
-                args.max_connections_per_host
-                    .or(file.max_connections_per_host)
-                    .unwrap_or(64),
-                1,
-                65_536,
-            )?,
+            ),
+            256 << 20,
+        );
+        let c = Config {
+            file: args.config.clone(),
+            listen,
+            rdma_port: rdma_on.then(|| {
+                args.rdma_port
+                    .or(file.rdma_port)
+                    .unwrap_or(DEFAULT_RDMA_PORT)
+            }),
+            tcp_port: tcp_on.then(|| args.tcp_port.or(file.tcp_port).unwrap_or(DEFAULT_TCP_PORT)),
+            allow,
+            allow_any,
+            max_io_bytes,
+            queue_depth: args.queue_depth.or(file.queue_depth).unwrap_or(credits),
+            credits,
+            direct: switch(args.direct, args.no_direct, file.direct).unwrap_or(true),
+            buffer_memory,
+            rdma_window: p.take(
+                range(
+                    "rdma_window",
+                    args.rdma_window.or(file.rdma_window).unwrap_or(256 << 10),
+                    4096,
+                    64 << 20,
+                ),
+                256 << 10,
+            ),
+            inline_max: p.take(
+                inline_max(
+                    args.inline_max.or(file.inline_max).unwrap_or(4096),
+                    max_io_bytes,
+                ),
+                0,
+            ),
+            ack_timeout_exp: p.take(
+                range(
+                    "ack_timeout_exp",
+                    args.ack_timeout_exp
+                        .or(file.ack_timeout_exp)
+                        .unwrap_or(DEFAULT_ACK_TIMEOUT_EXP),
+                    14,
+                    24,
+                ),
+                DEFAULT_ACK_TIMEOUT_EXP,
+            ),
+            max_connections: p.take(
+                range(
+                    "max_connections",
+                    args.max_connections.or(file.max_connections).unwrap_or(256),
+                    1,
+                    65_536,
+                ),
+                256,
+            ),
+            max_connections_per_host: p.take(
+                range(
+                    "max_connections_per_host",
+                    args.max_connections_per_host
+                        .or(file.max_connections_per_host)
+                        .unwrap_or(64),
+                    1,
+                    65_536,
+                ),
+                64,
+            ),
             hello_timeout: secs(
+                &mut p,
                 "hello_timeout_s",
                 args.hello_timeout_s.or(file.hello_timeout_s),
                 5,
                 1,
                 300,
-            )?,
+            ),
             idle_timeout: (idle > 0).then(|| Duration::from_secs(idle)),
             send_timeout: secs(
+                &mut p,
                 "send_timeout_s",
                 args.send_timeout_s.or(file.send_timeout_s),
                 30,
                 1,
                 3600,
-            )?,
+            ),
             shutdown_timeout: secs(
+                &mut p,
                 "shutdown_timeout_s",
                 args.shutdown_timeout_s.or(file.shutdown_timeout_s),
                 10,
                 0,
                 3600,
-            )?,
+            ),
             stats_file: args.stats_file.clone().or(file.stats_file),
-            log_level: crate::logging::parse_level(&level)?,
+            log_level,
             corrupt_read_every: args
                 .corrupt_read_every
                 .or(file.corrupt_read_every)
@@ -545,42 +722,47 @@ impl Config {
             stall_sector: args.stall_sector,
             grant_no_credits: args.grant_no_credits,
             exports: specs,
-            check_only: args.check_config,
         };
-        if c.exports.is_empty() {
-            return Err(
-                "no exports: give --export NAME=PATH or [[export]] in the config file".into(),
-            );
+        if exports.is_empty() && file_read {
+            p.add("no exports: give --export NAME=PATH or [[export]] in the config file");
         }
-        let mut names: Vec<&str> = c.exports.iter().map(|e| e.name.as_str()).collect();
+        let mut names: Vec<&str> = exports.iter().map(|e| e.name.as_str()).collect();
         names.sort_unstable();
-        if names.windows(2).any(|w| w[0] == w[1]) {
-            return Err("duplicate export name".into());
+        for w in names.windows(2).filter(|w| w[0] == w[1]) {
+            p.add(format!("export {}: the name is used twice", w[0]));
         }
-        if let Some(n) = args
-            .no_exclusive
+        for (flag, list) in [
+            ("--no-exclusive", &args.no_exclusive),
+            ("--exclusive", &args.exclusive),
+        ] {
+            for n in list
+                .iter()
+                .filter(|n| !c.exports.iter().any(|e| &e.name == *n))
+            {
+                p.add(format!("{flag} {n}: no such export"));
+            }
+        }
+        for n in args
+            .exclusive
             .iter()
-            .find(|n| !c.exports.iter().any(|e| &e.name == *n))
+            .filter(|n| args.no_exclusive.contains(n))
         {
-            return Err(format!("--no-exclusive {n}: no such export"));
+            p.add(format!(
+                "--exclusive {n} and --no-exclusive {n} contradict each other"
+            ));
         }
         for f in &args.secret_files {
             match f.split_once('=') {
-                Some((n, p)) if !p.is_empty() && c.exports.iter().any(|e| e.name == n) => {}
-                _ => {
-                    return Err(format!(
-                        "--secret-file {f:?}: expected NAME=PATH of an export"
-                    ))
-                }
+                Some((n, path)) if !path.is_empty() && c.exports.iter().any(|e| e.name == n) => {}
+                _ => p.add(format!(
+                    "--secret-file {f:?}: expected NAME=PATH of an export"
+                )),
             }
         }
         if c.rdma_port.is_none() && c.tcp_port.is_none() {
-            return Err("both transports disabled".into());
+            p.add("both transports disabled");
         }
-        if u64::from(c.max_io_bytes) > c.buffer_memory {
-            return Err("buffer_memory must hold at least one max_io_bytes buffer".into());
-        }
-        Ok(c)
+        (c, p)
     }
 }
 
@@ -781,6 +963,203 @@ path = "/tmp/a.img"
             vec!["unknown_tag", "dup_response", "garbage"]
         );
         assert_eq!(parsed.hostile_every, Some(2));
+    }
+
+    /// A config file in a temp dir, with `name = "a"` exported.
+    fn file(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("t.toml");
+        std::fs::write(
+            &p,
+            format!("{text}\n[[export]]\nname = \"a\"\npath = \"a.img\"\nexclusive = false\n"),
+        )
+        .unwrap();
+        p
+    }
+
+    #[test]
+    fn switches_override_the_file_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let off = file(
+            dir.path(),
+            "listen = \"127.0.0.1\"\nno_rdma = true\nno_tcp = true\ndirect = false",
+        );
+        let c = Config::load(&Args {
+            config: Some(off.clone()),
+            rdma: true,
+            tcp: true,
+            direct: true,
+            exclusive: vec!["a".into()],
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!((c.rdma_port, c.tcp_port), (Some(7700), Some(7701)));
+        assert!(c.direct);
+        assert!(
+            c.exports[0].exclusive,
+            "--exclusive wins over exclusive = false"
+        );
+        let on = file(dir.path(), "listen = \"127.0.0.1\"\ndirect = true");
+        let c = Config::load(&Args {
+            config: Some(on),
+            no_rdma: true,
+            no_direct: true,
+            ..Args::default()
+        })
+        .unwrap();
+        assert_eq!((c.rdma_port, c.tcp_port), (None, Some(7701)));
+        assert!(!c.direct);
+        assert!(
+            !c.exports[0].exclusive,
+            "the file's exclusive = false stands"
+        );
+        // Of two opposite flags, the last wins.
+        for (flags, rdma) in [
+            (["--rdma", "--no-rdma"], false),
+            (["--no-rdma", "--rdma"], true),
+        ] {
+            let a = Args::try_parse_from(["rdmadisk-target"].into_iter().chain(flags)).unwrap();
+            assert_eq!((a.rdma, a.no_rdma), (rdma, !rdma), "{flags:?}");
+        }
+        assert!(Config::load(&Args {
+            config: Some(off),
+            exclusive: vec!["a".into()],
+            no_exclusive: vec!["a".into()],
+            ..Args::default()
+        })
+        .unwrap_err()
+        .contains("contradict"));
+    }
+
+    #[test]
+    fn access_on_the_command_line_replaces_the_file_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let listed = file(dir.path(), "allow = [\"10.0.0.0/8\"]");
+        let c = Config::load(&Args {
+            config: Some(listed),
+            allow_any: true,
+            ..Args::default()
+        })
+        .unwrap();
+        assert!(c.allow_any && c.allow.is_empty());
+        let any = file(dir.path(), "allow_any = true");
+        let c = Config::load(&Args {
+            config: Some(any.clone()),
+            allow: vec!["10.1.0.0/16".into()],
+            ..Args::default()
+        })
+        .unwrap();
+        assert!(!c.allow_any);
+        assert_eq!(c.allow, vec!["10.1.0.0/16".to_string()]);
+        assert!(
+            Config::load(&Args {
+                config: Some(any),
+                ..Args::default()
+            })
+            .unwrap()
+            .allow_any
+        );
+    }
+
+    #[test]
+    fn exports_from_flags_are_added_and_names_stay_unique() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(dir.path(), "listen = \"127.0.0.1\"");
+        let c = Config::load(&Args {
+            config: Some(f.clone()),
+            exports_ro: vec!["b=b.img".into()],
+            ..Args::default()
+        })
+        .unwrap();
+        let names: Vec<_> = c.exports.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(Config::load(&Args {
+            config: Some(f),
+            exports: vec!["a=other.img".into()],
+            ..Args::default()
+        })
+        .unwrap_err()
+        .contains("export a: the name is used twice"));
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let p = Config::load(&Args {
+            exports: vec!["noequals".into(), "bad name=/a".into()],
+            credits: Some(0),
+            hello_timeout_s: Some(0),
+            log_level: Some("loud".into()),
+            hostile: vec!["nope".into()],
+            allow: vec!["10.0.0.300".into()],
+            ..Args::default()
+        })
+        .unwrap_err();
+        for needle in [
+            "--export \"noequals\"",
+            "export name \"bad name\"",
+            "credits = 0",
+            "hello_timeout_s = 0",
+            "log level \"loud\"",
+            "unknown hostile kind",
+            "allow:",
+        ] {
+            assert!(p.contains(needle), "{needle:?} in\n{p}");
+        }
+        assert_eq!(p.0.len(), 7, "{p}");
+    }
+
+    /// The keys serde knows for a table, from its complaint about one it does not.
+    fn known_keys(toml_text: &str) -> Vec<String> {
+        let err = toml::from_str::<FileConf>(toml_text)
+            .unwrap_err()
+            .to_string();
+        let expected = err.split("expected one of").nth(1).expect(&err);
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_example_file_is_complete_and_valid() {
+        let text = include_str!("../rdmadisk-target.example.toml");
+        // Its commented-out settings ("#key = ...") too: they must be real keys.
+        let all: String = text
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(rest) if rest.starts_with(|c: char| c.is_ascii_lowercase()) => rest,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let parsed: FileConf = toml::from_str(&all).unwrap();
+        assert_eq!(parsed.export.len(), 2);
+        let top = known_keys("zzz = 1");
+        let export = known_keys("[[export]]\nname = \"a\"\npath = \"p\"\nzzz = 1");
+        assert!(top.len() > 20 && export.len() == 6, "{top:?} {export:?}");
+        for k in top.iter().chain(&export) {
+            let set = |l: &str| {
+                l.trim_start_matches('#').starts_with(&format!("{k} =")) || l == format!("[[{k}]]")
+            };
+            assert!(text.lines().any(set), "the example does not show {k}");
+        }
+        // Valid as a whole: only the secret file, which is not on this host, is missing.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("example.toml");
+        std::fs::write(&p, text).unwrap();
+        match Config::load(&Args {
+            config: Some(p),
+            ..Args::default()
+        }) {
+            Ok(c) => assert!(c.exports[0].secret.is_some()),
+            Err(problems) => {
+                assert!(
+                    problems.0.iter().all(|e| e.contains("secret file")),
+                    "{problems}"
+                )
+            }
+        }
     }
 
     #[test]

@@ -7,8 +7,14 @@
 //! SIGTERM/SIGINT: stop accepting, finish in-flight requests (bounded by the shutdown
 //! timeout), fsync exports, print the counters, exit. SIGUSR1: print the counters (and rewrite
 //! `--stats-file`).
+//!
+//! `--check-config` checks the configuration and the exports without serving (`check.rs`);
+//! `rdmadisk-target stats` prints a running target's counters from its stats file
+//! (`stats_cmd.rs`). Under systemd (`Type=notify`) the target says when it is ready and when
+//! it stops (`notify.rs`).
 
 mod backing;
+mod check;
 mod config;
 mod conn;
 mod engine;
@@ -16,11 +22,13 @@ mod export;
 mod fence_table;
 mod hostile;
 mod logging;
+mod notify;
 mod pool;
 #[cfg(feature = "rdma")]
 mod rdma;
 mod ring;
 mod stats;
+mod stats_cmd;
 mod tcp;
 
 use std::net::{SocketAddr, TcpListener};
@@ -35,18 +43,28 @@ use rdmadisk_net::allow::AllowList;
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 
 use backing::FdBacking;
-use config::{Args, Config};
+use config::{Args, Command, Config};
 use engine::{Limits, Target};
 use export::Export;
 use pool::{Budget, Pool};
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Stats(a)) = &args.command {
+        logging::init(log::LevelFilter::Warn);
+        return stats_cmd::run(a);
+    }
+    if args.check_config {
+        return check_config(&args);
+    }
     let cfg = match Config::load(&args) {
         Ok(c) => c,
-        Err(e) => {
+        Err(problems) => {
             logging::init(log::LevelFilter::Info);
-            log::error!("{e}");
+            // Each of them: a start-up problem must not hide behind the rate limit.
+            for p in &problems.0 {
+                logging::error_line(p);
+            }
             return ExitCode::from(2);
         }
     };
@@ -58,6 +76,29 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--check-config`: the summary on standard output, every problem on standard error; 0 if
+/// there is none, 1 otherwise.
+fn check_config(args: &Args) -> ExitCode {
+    let (cfg, problems) = Config::load_all(args);
+    logging::init(cfg.log_level);
+    let r = check::check(&cfg, problems);
+    if r.problems.is_empty() {
+        say("configuration ok; it would serve:");
+        logging::out(&r.summary);
+        return ExitCode::SUCCESS;
+    }
+    say("configuration has problems (below); what could be checked:");
+    logging::out(&r.summary);
+    for p in &r.problems.0 {
+        logging::error_line(p);
+    }
+    logging::error_line(&format!(
+        "the configuration has {} problem(s)",
+        r.problems.0.len()
+    ));
+    ExitCode::FAILURE
 }
 
 /// A line on standard output (the start-up and shutdown story, the counters).
@@ -162,10 +203,6 @@ fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
 fn run(cfg: Config) -> Result<(), String> {
     let allow = AllowList::parse(&cfg.allow).map_err(|e| e.to_string())?;
     let exports = open_exports(&cfg)?;
-    if cfg.check_only {
-        say("configuration ok");
-        return Ok(());
-    }
     let limits = Limits {
         max_io_bytes: cfg.max_io_bytes,
         queue_depth: cfg.queue_depth,
@@ -276,6 +313,10 @@ fn run(cfg: Config) -> Result<(), String> {
         }
     };
     write_stats(&target);
+    notify::notify(&format!(
+        "READY=1\nSTATUS=serving {} export(s)",
+        cfg.exports.len()
+    ));
     while !target.stopping() {
         for sig in signals.pending() {
             match sig {
@@ -285,12 +326,14 @@ fn run(cfg: Config) -> Result<(), String> {
                 }
                 _ => {
                     say("shutting down: no new connections; finishing in-flight requests");
+                    notify::notify("STOPPING=1\nSTATUS=finishing in-flight requests");
                     target.shutdown.store(true, Ordering::SeqCst);
                 }
             }
         }
         if last_write.elapsed() >= Duration::from_secs(1) {
             write_stats(&target);
+            logging::flush_dropped();
             last_write = Instant::now();
         }
         thread::sleep(Duration::from_millis(50));

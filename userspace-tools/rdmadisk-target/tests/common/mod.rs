@@ -164,6 +164,11 @@ impl Target {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    /// The target's stats file.
+    pub fn stats_path(&self) -> &Path {
+        &self.stats
+    }
+
     /// The target's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
