@@ -19,8 +19,12 @@
 #                   every EVERY-th, under verified I/O, then permanent target deaths; the
 #                   reliability table (55-69 minutes under TCG for N=100, docs/reliability.md)
 #   make clean      the module's build products, the generated bindings, cargo's target dir
+#   make dkms-install  the module's sources into /usr/src/rdmadisk-<version>, dkms add and
+#                   install (a real host: see README.md, "On real hosts")
 #
-# KDIR=<tree> builds the module against another Rust-enabled 6.12 tree.
+# KDIR=<tree> builds the module against another Rust-enabled 6.12 tree (a real host's
+# /lib/modules/$(uname -r)/build, say), with the rustc and bindgen on PATH, or those named in
+# RDMADISK_KMAKEFLAGS; it installs none of the test bed's packages.
 
 SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/rdmadisk
@@ -28,10 +32,14 @@ export RDMADISK_CACHE := $(CACHE)
 # Cargo's build directory lives in the cache too, so a fresh clone does not rebuild every
 # crate (cargo locks it: two builds at once wait for each other).
 export CARGO_TARGET_DIR ?= $(CACHE)/cargo-target
+ifdef KDIR
+KMAKEFLAGS := $(RDMADISK_KMAKEFLAGS)
+else
 KMAKEFLAGS := RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc BINDGEN=$(CACHE)/bin/bindgen
+endif
 CARGO_DIR := userspace-tools
 
-.PHONY: all module kernel deps userspace check check-host check-vm demo bench bench-transport soak clean
+.PHONY: all module kernel deps userspace check check-host check-vm demo bench bench-transport soak clean dkms-install
 
 all: module
 
@@ -42,7 +50,7 @@ kernel: deps
 	@selftests/kernel/build-kernel.sh >/dev/null
 
 # Resolve the kernel tree: the user's KDIR, or the project's cached build (built if missing).
-module: deps
+module: $(if $(KDIR),,deps)
 	@kdir="$(KDIR)"; \
 	if [ -z "$$kdir" ]; then kdir=$$(selftests/kernel/build-kernel.sh) || exit 1; fi; \
 	selftests/kernel/check-kdir.sh "$$kdir" || exit 2; \
@@ -90,3 +98,10 @@ clean:
 	if [ -n "$$kdir" ] && [ -f "$$kdir/Makefile" ]; then $(MAKE) -C "$$kdir" M=$(CURDIR) clean; fi
 	@rm -f rust/bindings_generated.rs
 	@cd $(CARGO_DIR) && cargo clean
+
+dkms-install:
+	@ver=$$(sed -n 's/^PACKAGE_VERSION="\(.*\)"$$/\1/p' dkms.conf); \
+	command -v dkms >/dev/null || { echo "dkms is not installed"; exit 1; }; \
+	dkms remove -m rdmadisk -v $$ver --all >/dev/null 2>&1; \
+	rm -rf /usr/src/rdmadisk-$$ver && selftests/host/dkms-source.sh /usr/src/rdmadisk-$$ver && \
+	dkms add -m rdmadisk -v $$ver && dkms install -m rdmadisk -v $$ver
