@@ -153,6 +153,16 @@ bp_job() {
   # backing_us): the job's share of those says where its latency goes.
   local ts0=
   if [[ $sys == rdmadisk-* ]]; then dk_tsnap; ts0=$DK_TS; fi
+  # The storage VM's CPU time and context switches over the same window as the client's
+  # (started first: the client's command below starts fio and then waits as long).
+  on storage "$DK_VM_DEFS
+rm -f $out.scpu
+pause 1.5
+read -r _ a b c _ _ f g _ </proc/stat; x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); s0=\$((a + b + c + f + g))
+pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
+read -r _ a b c _ _ f g _ </proc/stat; x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
+echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) >$out.scpu" >/dev/null 2>&1 &
+  local spid=$!
   on compute "$DK_VM_DEFS
 rm -f $out.json $out.cpu
 timeout $((BP_SECS + 120)) fio --name=$name --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
@@ -160,10 +170,13 @@ timeout $((BP_SECS + 120)) fio --name=$name --filename=/dev/$dev --ioengine=liba
 p=\$!
 pause 1.5
 read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat; s0=\$((a + b + c + f + g)) n0=\$((r + w))
+x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
 pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
 read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat
-echo \$((a + b + c + f + g - s0)) \$((r + w - n0)) \$(getconf CLK_TCK) >$out.cpu
-wait \$p || { cat $out.err; exit 1; }" || return 1
+x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
+echo \$((a + b + c + f + g - s0)) \$((r + w - n0)) \$(getconf CLK_TCK) \$((x1 - x0)) >$out.cpu
+wait \$p || { cat $out.err; exit 1; }" || { wait $spid; return 1; }
+  wait $spid
   local tdelta=
   if [ -n "$ts0" ]; then
     dk_tsnap
@@ -177,7 +190,11 @@ wait \$p || { cat $out.err; exit 1; }" || return 1
 import json, sys
 out, sysname, rep, name, args, tdelta = sys.argv[1:]
 j = json.load(open(out + ".json"))["jobs"][0]
-busy, window_ios, hz = (int(x) for x in open(out + ".cpu").read().split())
+busy, window_ios, hz, ctxt = (int(x) for x in open(out + ".cpu").read().split())
+try:
+    s_busy, s_ctxt, s_hz = (int(x) for x in open(out + ".scpu").read().split())
+except (OSError, ValueError):
+    s_busy = s_ctxt = None
 ddir = "write" if j["write"]["io_kbytes"] > j["read"]["io_kbytes"] else "read"
 d = j[ddir]
 pct = d["clat_ns"].get("percentile", {})
@@ -201,6 +218,9 @@ print(json.dumps({
     "lat_mean_us": d["clat_ns"]["mean"] / 1000,
     "lat_p50_us": pct.get("50.000000", 0) / 1000, "lat_p99_us": pct.get("99.000000", 0) / 1000,
     "ios": ios, "cpu_us_per_io": busy * 1e6 / hz / window_ios if window_ios else None,
+    "ctxt_per_io": ctxt / window_ios if window_ios else None,
+    "storage_cpu_us_per_io": s_busy * 1e6 / s_hz / window_ios if window_ios and s_busy is not None else None,
+    "storage_ctxt_per_io": s_ctxt / window_ios if window_ios and s_ctxt is not None else None,
     **target_split(tdelta),
 }))
 PY

@@ -44,7 +44,8 @@ def summary(samples):
     out = {}
     for key, ss in groups.items():
         figs = {}
-        for f in ("iops", "mb_s", "lat_p50_us", "lat_p99_us", "lat_mean_us", "cpu_us_per_io", "target_us", "backing_us"):
+        for f in ("iops", "mb_s", "lat_p50_us", "lat_p99_us", "lat_mean_us", "cpu_us_per_io", "target_us", "backing_us",
+                  "ctxt_per_io", "storage_cpu_us_per_io", "storage_ctxt_per_io"):
             xs = [s[f] for s in ss if s.get(f) is not None]
             if xs:
                 figs[f] = (statistics.median(xs), min(xs), max(xs), len(xs))
@@ -121,12 +122,16 @@ def main():
                 cell = "–" if not v else f"{v[0]:.0f} ({v[1]:.0f}–{v[2]:.0f})"
                 cells.append(cell + (f", {failed} failed" if failed else ""))
             md.append(f"| {TITLES[job]}, {UNITS[ff]} | " + " | ".join(cells) + " |")
-    for job in jobs:
-        cells = []
-        for s in systems:
-            v = summ.get((s, job), {}).get("cpu_us_per_io")
-            cells.append("–" if not v else f"{v[0]:.0f}")
-        md.append(f"| {TITLES[job]}, client CPU µs per I/O | " + " | ".join(cells) + " |")
+    for f, what in (("cpu_us_per_io", "client CPU µs per I/O"), ("ctxt_per_io", "client context switches per I/O"),
+                    ("storage_cpu_us_per_io", "storage CPU µs per I/O"),
+                    ("storage_ctxt_per_io", "storage context switches per I/O")):
+        for job in jobs:
+            cells = []
+            for s in systems:
+                v = summ.get((s, job), {}).get(f)
+                cells.append("–" if not v else f"{v[0]:.1f}" if v[0] < 100 else f"{v[0]:.0f}")
+            if any(c != "–" for c in cells):
+                md.append(f"| {TITLES[job]}, {what} | " + " | ".join(cells) + " |")
 
     md.append("\n## Same-run ratios (above 1: rdmadisk is better; the median of the repetitions' ratios)\n")
     pairs = [
