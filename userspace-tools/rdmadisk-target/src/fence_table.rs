@@ -391,17 +391,27 @@ mod tests {
             let old_applied = Arc::new(AtomicU64::new(0));
             let old_fenced = Arc::new(AtomicU64::new(0));
             let violations = Arc::new(AtomicU64::new(0));
+            let old_ops = Arc::new(AtomicU64::new(0));
             let mut old = Vec::new();
             for _ in 0..3 {
                 let c = t.attach(IP, "a", 7, 1).unwrap();
-                let (ns, ap, fe, vi) = (
+                let (ns, ap, fe, vi, ops) = (
                     new_started.clone(),
                     old_applied.clone(),
                     old_fenced.clone(),
                     violations.clone(),
+                    old_ops.clone(),
                 );
                 old.push(thread::spawn(move || {
-                    for _ in 0..2000 {
+                    // Until this writer has been fenced a few times: the advance must come
+                    // mid-stream however the threads are scheduled (a fixed count could all
+                    // be done before it on a loaded machine).
+                    let mut fenced_here = 0;
+                    for _ in 0..1_000_000 {
+                        if fenced_here >= 20 {
+                            break;
+                        }
+                        ops.fetch_add(1, Ordering::SeqCst);
                         let out = c.run(true, || {
                             if ns.load(Ordering::SeqCst) {
                                 vi.fetch_add(1, Ordering::SeqCst);
@@ -416,6 +426,7 @@ mod tests {
                         });
                         if out.applied.is_none() {
                             fe.fetch_add(1, Ordering::SeqCst);
+                            fenced_here += 1;
                         }
                     }
                 }));
@@ -439,7 +450,7 @@ mod tests {
             );
             assert_eq!(
                 old_applied.load(Ordering::SeqCst) + old_fenced.load(Ordering::SeqCst),
-                6000
+                old_ops.load(Ordering::SeqCst)
             );
             assert!(
                 old_fenced.load(Ordering::SeqCst) > 0,
