@@ -336,7 +336,7 @@ fn run(cfg: Config) -> Result<(), String> {
             logging::flush_dropped();
             last_write = Instant::now();
         }
-        thread::sleep(Duration::from_millis(50));
+        thread::sleep(conn::TICK);
     }
     // Bounded: connections finish within the shutdown timeout (then close whatever they
     // still have); a few seconds more for the listeners to notice.

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdmadisk_net::rdma::{
     self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Pd, QpCaps,
@@ -29,13 +29,12 @@ use rdmadisk_proto::wire::{
     ClientMsg, Hello, HelloReply, HelloStatus, Status, REQUEST_LEN, RESPONSE_LEN,
 };
 
-use crate::conn::{Core, Stage, UD_CQ, UD_KIND};
+use crate::conn::{Core, Stage, TICK, UD_CQ, UD_KIND};
 use crate::engine::{Challenge, Slot as CapSlot, Target};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
 use crate::pool::{Budget, Pool};
 use crate::stats::Stats;
 
-const TICK: Duration = Duration::from_millis(100);
 /// Largest RDMA Read a write's data is pulled with. A read whose responses show a gap waits
 /// for the ACK timeout before it asks again for the rest, while a later read's response
 /// exposes the gap at once; and every retry of a read resends its whole rest.

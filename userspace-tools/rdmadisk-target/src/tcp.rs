@@ -21,15 +21,13 @@ use rdmadisk_proto::wire::{
     FRAME_HEADER_LEN, HELLO_LEN, REQUEST_LEN,
 };
 
-use crate::conn::{Core, Stage, UD_KIND, UD_RECV, UD_SEND};
+use crate::conn::{Core, Stage, TICK, UD_KIND, UD_RECV, UD_SEND};
 use crate::engine::{Challenge, Slot as CapSlot, Target};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
 use crate::pool::{Buf, Pool};
 use crate::ring::Done;
 use crate::stats::Stats;
 
-/// How often a connection looks at its deadlines and the shutdown flag.
-const TICK: Duration = Duration::from_millis(100);
 /// Write data larger than max_io_bytes up to this size is drained and answered with an error;
 /// anything larger is a malformed frame.
 const DRAIN_MAX: u32 = 64 << 20;
@@ -78,7 +76,11 @@ pub fn serve(
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(20))
+                // Woken at once by a connection, else once a tick for the shutdown flag.
+                if let Err(e) = rdmadisk_net::rdma::poll_fd(listener.as_raw_fd(), Some(TICK)) {
+                    log::error!("tcp: cannot poll the listener: {e}");
+                    thread::sleep(TICK);
+                }
             }
             Err(e) => {
                 log::error!("tcp: accept failed: {e}");
