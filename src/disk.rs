@@ -33,7 +33,7 @@ use crate::kapi::random;
 use crate::kapi::verbs::DeviceId;
 use crate::kapi::work::{self, ReclaimQueue};
 use crate::proto::options::DeviceName;
-use crate::proto::policy::{Policy, PolicyConfig, Transport};
+use crate::proto::policy::{Policy, PolicyConfig, SwitchReason, Transport};
 use crate::proto::wire::{ExportName, HelloReply};
 use crate::queue::Queue;
 use crate::rdma_conn::Peer;
@@ -125,6 +125,8 @@ struct Ctrl {
     /// The `answered` count when the current set was installed, and when.
     installed_answered: u64,
     installed_ms: i64,
+    /// The last transport switch that completed: to what, why, and when (ms, ktime).
+    last_switch: Option<(Transport, SwitchReason, i64)>,
 }
 
 impl Ctrl {
@@ -239,6 +241,7 @@ impl DiskDev {
                         outage_since: None,
                         installed_answered: 0,
                         installed_ms: 0,
+                        last_switch: None,
                     },
                     "rdmadisk::disk::ctrl"
                 ),

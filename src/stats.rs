@@ -9,6 +9,7 @@ use core::{
 use kernel::prelude::*;
 
 use crate::kapi::sysfs::ShowBuf;
+use crate::proto::policy::SwitchReason;
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident,)*) => {
@@ -79,6 +80,15 @@ counters! {
     failovers,
     /// Switches from TCP back to RDMA.
     failbacks,
+    /// Switches (either way) by their reason: RDMA failures over the threshold, the RDMA
+    /// device removed or back, good probes, the `transport` knob, no connection possible on
+    /// the transport in use.
+    switches_rdma_failures,
+    switches_device_removed,
+    switches_device_added,
+    switches_probes,
+    switches_manual,
+    switches_no_connection,
     /// Requests handed back to blk-mq by a transport switch (also counted in `requeued`).
     switch_requeued,
     /// RDMA probes done while on TCP, and how many of them failed.
@@ -103,6 +113,18 @@ impl Stats {
     /// Adds one to a counter.
     pub(crate) fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counter of switches for `why`.
+    pub(crate) fn switch_reason(&self, why: SwitchReason) -> &AtomicU64 {
+        match why {
+            SwitchReason::RdmaFailures => &self.switches_rdma_failures,
+            SwitchReason::DeviceRemoved => &self.switches_device_removed,
+            SwitchReason::DeviceAdded => &self.switches_device_added,
+            SwitchReason::Probes => &self.switches_probes,
+            SwitchReason::Manual => &self.switches_manual,
+            SwitchReason::NoConnection => &self.switches_no_connection,
+        }
     }
 
     /// Adds `n` to a counter.

@@ -43,8 +43,9 @@ res $? "write tcp to transport: accepted, reads '$out'"
 tr_wait totcp "$dev" "$SW" tcp tcp_ios "${t1:-0}"
 res $? "active_transport tcp and tcp_ios rising within $SW s: $TR_WAIT"
 ses=$(tr_get "$dev" session)
-[ "$ses" = tcp ]
-res $? "session reads tcp (got '$ses')"
+ls=$(tr_get "$dev" last_switch)
+[ "$ses" = tcp ] && [[ $ls == "to=tcp reason=manual "* ]]
+res $? "session reads tcp (got '$ses'); last_switch '$ls'"
 read -r r2 t2 <<<"$(tr_stat "$dev" rdma_ios tcp_ios)"
 sleep "$TCP_RUN"
 read -r r3 t3 act <<<"$(tr_stat "$dev" rdma_ios tcp_ios) $(tr_get "$dev" active_transport)"

@@ -40,7 +40,7 @@ fi
 dev=$DK_DEV
 out=$(on compute "cd /sys/block/$dev/rdmadisk && echo \$(cat transport) \$(cat active_transport) \$(cat probe_interval_ms) \$(cat failback_probes)")
 echo "  transport, active_transport, probe_interval_ms, failback_probes: $out"
-read -r f0 b0 r0 <<<"$(tr_stat "$dev" failovers failbacks rdma_ios)"
+read -r f0 b0 r0 dr0 <<<"$(tr_stat "$dev" failovers failbacks rdma_ios switches_device_removed)"
 
 tr_rounds_start s "$(tr_fio_args s72)"
 tr_wait io "$dev" 120 rdma rdma_ios "${r0:-0}"
@@ -105,8 +105,9 @@ res $? "after it all: the whole disk read through the driver is the backing file
 
 dk_csnap "$dev"
 dk_show client "$DK_CS"
-n_le $((${f0:-0} + CYCLES)) "$(cstat failovers)" && n_le $((${b0:-0} + CYCLES)) "$(cstat failbacks)"
-res $? "failovers ${f0:-?} -> $(cstat failovers), failbacks ${b0:-?} -> $(cstat failbacks) (at least +$CYCLES each)"
+n_le $((${f0:-0} + CYCLES)) "$(cstat failovers)" && n_le $((${b0:-0} + CYCLES)) "$(cstat failbacks)" &&
+  n_le $((${dr0:-0} + CYCLES)) "$(cstat switches_device_removed)"
+res $? "failovers ${f0:-?} -> $(cstat failovers), failbacks ${b0:-?} -> $(cstat failbacks) (at least +$CYCLES each); switches for device_removed ${dr0:-?} -> $(cstat switches_device_removed), device_added $(cstat switches_device_added), probes $(cstat switches_probes)"
 out=$(on compute "cd /sys/block/$dev/rdmadisk && echo \$(cat state) \$(cat active_transport)")
 n_eq "$(cstat io_errors)" 0 && [ "$out" = "live rdma" ]
 res $? "io_errors=$(cstat io_errors); state and active_transport '$out' (want 'live rdma')"

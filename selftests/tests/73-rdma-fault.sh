@@ -71,8 +71,9 @@ if ! on compute "nft list table ip $T" >/dev/null 2>&1; then
   finish; return 0 2>/dev/null || exit 0
 fi
 read -r f2 <<<"$(tr_stat "$dev" failovers)"
-[ $rc = 0 ] && n_gt "$f2" "$f1"
-res $? "RoCEv2 dropped: on TCP with tcp_ios rising after $TR_MS ms (max $WAIT s), failovers ${f1:-?} -> ${f2:-?}: $TR_WAIT"
+ls=$(tr_get "$dev" last_switch)
+[ $rc = 0 ] && n_gt "$f2" "$f1" && [[ $ls == "to=tcp reason=rdma_failures "* ]]
+res $? "RoCEv2 dropped: on TCP with tcp_ios rising after $TR_MS ms (max $WAIT s), failovers ${f1:-?} -> ${f2:-?}, last_switch '$ls': $TR_WAIT"
 if [ $rc != 0 ]; then finish; return 0 2>/dev/null || exit 0; fi
 
 # 2. While RDMA stays broken: TCP carries the I/O, the probes fail, no failback.
@@ -101,8 +102,9 @@ TR_PRE=
 unblock
 read -r p5 pf5 b5 <<<"$(tr_stat "$dev" probes probe_failures failbacks)"
 good=$(( ${p5:-0} - ${p4:-0} - (${pf5:-0} - ${pf4:-0}) ))
-[ $rc = 0 ] && n_gt "$b5" "$b4" && n_le "$PROBES" "$good"
-res $? "rule removed: back on RDMA with rdma_ios rising after $TR_MS ms (max $WAIT s), failbacks $b4 -> $b5, $good good probes since (probes $p4 -> $p5, probe_failures $pf4 -> $pf5; need $PROBES): $TR_WAIT"
+ls=$(tr_get "$dev" last_switch)
+[ $rc = 0 ] && n_gt "$b5" "$b4" && n_le "$PROBES" "$good" && [[ $ls == "to=rdma reason=probes "* ]]
+res $? "rule removed: back on RDMA with rdma_ios rising after $TR_MS ms (max $WAIT s), failbacks $b4 -> $b5, $good good probes since (probes $p4 -> $p5, probe_failures $pf4 -> $pf5; need $PROBES), last_switch '$ls': $TR_WAIT"
 n_gt "${drops:-0}" 0
 res $? "the rule dropped RoCEv2 packets (counter: ${drops:-?})"
 

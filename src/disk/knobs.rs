@@ -224,6 +224,25 @@ impl DiskDev {
         )
     }
 
+    /// The last transport switch: `none`, or `to=T reason=R ago_ms=N`.
+    fn show_last_switch(&self, out: &mut ShowBuf<'_>) -> Result {
+        let last = self.ctrl.lock().last_switch;
+        match last {
+            None => show_value(out, "none"),
+            Some((to, why, at_ms)) => writeln!(
+                out,
+                "to={} reason={} ago_ms={}",
+                match to {
+                    Transport::Rdma => "rdma",
+                    Transport::Tcp => "tcp",
+                },
+                why.name(),
+                crate::host::now_ms() - at_ms
+            )
+            .map_err(|_| EFBIG),
+        }
+    }
+
     fn show_session(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(
             out,
@@ -415,6 +434,8 @@ static TRANSPORT: DiskAttr<DiskDev> = DiskAttr::rw(
 static ACTIVE_TRANSPORT: DiskAttr<DiskDev> =
     DiskAttr::ro(c_str!("active_transport"), DiskDev::show_active_transport);
 static SESSION: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("session"), DiskDev::show_session);
+static LAST_SWITCH: DiskAttr<DiskDev> =
+    DiskAttr::ro(c_str!("last_switch"), DiskDev::show_last_switch);
 static FAILOVER_THRESHOLD: DiskAttr<DiskDev> = DiskAttr::rw(
     c_str!("failover_threshold"),
     DiskDev::show_failover_threshold,
@@ -459,6 +480,7 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &TRANSPORT,
     &ACTIVE_TRANSPORT,
     &SESSION,
+    &LAST_SWITCH,
     &FAILOVER_THRESHOLD,
     &FAILOVER_WINDOW,
     &FAILBACK_PROBES,

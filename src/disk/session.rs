@@ -34,7 +34,7 @@ use crate::faults::Fault;
 use crate::host::{now_ms, transport_name, ConnId, QueueHost};
 use crate::kapi::work::NoIo;
 use crate::probe;
-use crate::proto::policy::{Action, Policy, State as PState, Transport};
+use crate::proto::policy::{Action, Policy, State as PState, SwitchReason, Transport};
 use crate::proto::wire::HelloReply;
 use crate::queue::Queue;
 use crate::rdma_conn::errno;
@@ -568,17 +568,25 @@ impl DiskDev {
 
     /// Tells the policy a drain is over; true if one was (a failover or failback done).
     fn drained(&self) -> bool {
-        let action = self.policy.lock().on_drained(now_ms() as u64);
+        let (action, why) = {
+            let mut p = self.policy.lock();
+            (p.on_drained(now_ms() as u64), p.drain_reason())
+        };
         let (counter, to) = match action {
             Action::UseTcp => (&self.info.stats.failovers, Transport::Tcp),
             Action::UseRdma => (&self.info.stats.failbacks, Transport::Rdma),
             _ => return false,
         };
         Stats::inc(counter);
+        // Every drain is started with a reason; NoConnection stands in should one not be.
+        let why = why.unwrap_or(SwitchReason::NoConnection);
+        Stats::inc(self.info.stats.switch_reason(why));
+        self.ctrl.lock().last_switch = Some((to, why, now_ms()));
         pr_info!(
-            "{}: I/O now runs over {}\n",
+            "{}: I/O now runs over {} (switch reason: {})\n",
             self.name(),
-            transport_name(to)
+            transport_name(to),
+            why.name()
         );
         true
     }

@@ -225,6 +225,53 @@ pub enum Action {
     SendProbe,
 }
 
+/// Why a drain (a transport switch) was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchReason {
+    /// `failover_threshold` RDMA failures within the window.
+    RdmaFailures,
+    /// The RDMA device was removed (NIC servicing).
+    DeviceRemoved,
+    /// An RDMA device came back.
+    DeviceAdded,
+    /// `failback_probes` RDMA probes in a row succeeded.
+    Probes,
+    /// The `transport` knob.
+    Manual,
+    /// The driver could not reconnect on the transport in use, and tried the other
+    /// ([`Policy::on_fallback`]).
+    NoConnection,
+}
+
+impl SwitchReason {
+    /// Every reason, in the order of [`SwitchReason::index`].
+    pub const ALL: [SwitchReason; 6] = [
+        SwitchReason::RdmaFailures,
+        SwitchReason::DeviceRemoved,
+        SwitchReason::DeviceAdded,
+        SwitchReason::Probes,
+        SwitchReason::Manual,
+        SwitchReason::NoConnection,
+    ];
+
+    /// A position in [`SwitchReason::ALL`], for per-reason counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The reason's name in logs and counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            SwitchReason::RdmaFailures => "rdma_failures",
+            SwitchReason::DeviceRemoved => "device_removed",
+            SwitchReason::DeviceAdded => "device_added",
+            SwitchReason::Probes => "probes",
+            SwitchReason::Manual => "manual",
+            SwitchReason::NoConnection => "no_connection",
+        }
+    }
+}
+
 /// The failover/failback state machine of one device.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -241,6 +288,8 @@ pub struct Policy {
     probe_outstanding: bool,
     probe_sent_ms: u64,
     next_probe_ms: u64,
+    /// Why the drain in progress, or the last one, was started.
+    drain_reason: Option<SwitchReason>,
 }
 
 impl Policy {
@@ -260,6 +309,7 @@ impl Policy {
             probe_outstanding: false,
             probe_sent_ms: 0,
             next_probe_ms: 0,
+            drain_reason: None,
         }
     }
 
@@ -276,6 +326,13 @@ impl Policy {
     /// Current state.
     pub fn state(&self) -> State {
         self.state
+    }
+
+    /// Why the drain in progress was started, or the last one (`None`: there was none). Read
+    /// after [`Action::UseTcp`] or [`Action::UseRdma`] from [`Policy::on_drained`], it is why
+    /// the switch that just ended happened.
+    pub fn drain_reason(&self) -> Option<SwitchReason> {
+        self.drain_reason
     }
 
     /// Current mode.
@@ -317,7 +374,7 @@ impl Policy {
                 if self.mode == Mode::Auto
                     && self.failures_in_window(now_ms) >= self.cfg.failover_threshold
                 {
-                    self.start_drain(Transport::Tcp)
+                    self.start_drain(Transport::Tcp, SwitchReason::RdmaFailures)
                 } else {
                     Action::None
                 }
@@ -347,7 +404,7 @@ impl Policy {
             self.device_present = false;
         }
         match self.state {
-            State::Rdma => self.start_drain(Transport::Tcp),
+            State::Rdma => self.start_drain(Transport::Tcp, SwitchReason::DeviceRemoved),
             State::Draining {
                 to: Transport::Rdma,
             } if last => {
@@ -370,7 +427,7 @@ impl Policy {
         self.device_present = true;
         match self.state {
             State::Tcp | State::Probing if self.mode != Mode::Tcp => {
-                self.start_drain(Transport::Rdma)
+                self.start_drain(Transport::Rdma, SwitchReason::DeviceAdded)
             }
             _ => Action::None,
         }
@@ -406,11 +463,15 @@ impl Policy {
             return Action::None;
         }
         match (t, self.state) {
-            (Transport::Tcp, State::Rdma) => self.start_drain(Transport::Tcp),
+            (Transport::Tcp, State::Rdma) => {
+                self.start_drain(Transport::Tcp, SwitchReason::NoConnection)
+            }
             (
                 Transport::Rdma,
                 State::Tcp | State::Probing | State::Draining { to: Transport::Tcp },
-            ) if self.device_present => self.start_drain(Transport::Rdma),
+            ) if self.device_present => {
+                self.start_drain(Transport::Rdma, SwitchReason::NoConnection)
+            }
             _ => Action::None,
         }
     }
@@ -454,7 +515,7 @@ impl Policy {
             Mode::Auto | Mode::Tcp => self.cfg.failback_probes,
         };
         if self.probe_successes >= needed {
-            self.start_drain(Transport::Rdma)
+            self.start_drain(Transport::Rdma, SwitchReason::Probes)
         } else {
             Action::None
         }
@@ -464,7 +525,7 @@ impl Policy {
     pub fn set_mode(&mut self, mode: Mode, now_ms: u64) -> Action {
         self.mode = mode;
         match (mode, self.state) {
-            (Mode::Tcp, State::Rdma) => self.start_drain(Transport::Tcp),
+            (Mode::Tcp, State::Rdma) => self.start_drain(Transport::Tcp, SwitchReason::Manual),
             (
                 Mode::Tcp,
                 State::Draining {
@@ -479,7 +540,7 @@ impl Policy {
                 Action::None
             }
             (Mode::Rdma, State::Tcp | State::Probing) if self.device_present => {
-                self.start_drain(Transport::Rdma)
+                self.start_drain(Transport::Rdma, SwitchReason::Manual)
             }
             (Mode::Auto, State::Tcp) if self.device_present => {
                 self.enter_tcp(now_ms);
@@ -489,8 +550,9 @@ impl Policy {
         }
     }
 
-    fn start_drain(&mut self, to: Transport) -> Action {
+    fn start_drain(&mut self, to: Transport, why: SwitchReason) -> Action {
         self.state = State::Draining { to };
+        self.drain_reason = Some(why);
         self.probe_outstanding = false;
         self.probe_successes = 0;
         match to {
@@ -555,6 +617,58 @@ mod tests {
 
     fn cfg() -> PolicyConfig {
         PolicyConfig::default()
+    }
+
+    #[test]
+    fn every_switch_says_why() {
+        // RDMA failures, then probes.
+        let mut p = Policy::new(cfg(), 0);
+        assert_eq!(p.drain_reason(), None);
+        for t in 0..3 {
+            p.on_rdma_failure(t);
+        }
+        assert_eq!(p.state(), DRAIN_TCP);
+        assert_eq!(p.on_drained(10), Action::UseTcp);
+        assert_eq!(p.drain_reason(), Some(SwitchReason::RdmaFailures));
+        let mut now = 10;
+        while p.state() == State::Probing {
+            now += 1_000;
+            if p.on_tick(now) == Action::SendProbe {
+                p.on_probe_result(true, now);
+            }
+        }
+        assert_eq!(p.state(), DRAIN_RDMA);
+        assert_eq!(p.on_drained(now), Action::UseRdma);
+        assert_eq!(p.drain_reason(), Some(SwitchReason::Probes));
+        // The device, both ways.
+        p.on_device_removed(true, now);
+        assert_eq!(p.on_drained(now), Action::UseTcp);
+        assert_eq!(p.drain_reason(), Some(SwitchReason::DeviceRemoved));
+        p.on_device_added(now);
+        assert_eq!(p.on_drained(now), Action::UseRdma);
+        assert_eq!(p.drain_reason(), Some(SwitchReason::DeviceAdded));
+        // The knob, both ways.
+        p.set_mode(Mode::Tcp, now);
+        assert_eq!(p.on_drained(now), Action::UseTcp);
+        assert_eq!(p.drain_reason(), Some(SwitchReason::Manual));
+        p.set_mode(Mode::Rdma, now);
+        assert_eq!(p.on_drained(now), Action::UseRdma);
+        assert_eq!(p.drain_reason(), Some(SwitchReason::Manual));
+        // No connection on the transport in use.
+        p.set_mode(Mode::Auto, now);
+        assert_eq!(p.on_fallback(Transport::Tcp, now), Action::DrainToTcp);
+        assert_eq!(p.on_drained(now), Action::UseTcp);
+        assert_eq!(p.drain_reason(), Some(SwitchReason::NoConnection));
+    }
+
+    #[test]
+    fn reasons_have_distinct_names_and_indexes() {
+        for (i, r) in SwitchReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+            for q in &SwitchReason::ALL[..i] {
+                assert_ne!(q.name(), r.name());
+            }
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ const IDENTITY: &[&str] = &[
     "secret",
 ];
 /// How the disk is doing now.
-const STATUS: &[&str] = &["state", "active_transport", "session"];
+const STATUS: &[&str] = &["state", "active_transport", "session", "last_switch"];
 
 /// `show --json` prints one object of file name to value (as the module writes it, without
 /// its newline), grouped; a file the module does not have is left out:
