@@ -155,13 +155,18 @@ bp_job() {
   if [[ $sys == rdmadisk-* ]]; then dk_tsnap; ts0=$DK_TS; fi
   # The storage VM's CPU time and context switches over the same window as the client's
   # (started first: the client's command below starts fio and then waits as long).
+  # rdmadisk's target's own user and system time too (it idles through the other systems' jobs:
+  # its share there is its idle cost).
   on storage "$DK_VM_DEFS
 rm -f $out.scpu
+tcpu() { read -r p 2>/dev/null <$DK_TPID && awk '{ print \$14, \$15 }' /proc/\$p/stat 2>/dev/null || echo 0 0; }
 pause 1.5
 read -r _ a b c _ _ f g _ </proc/stat; x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); s0=\$((a + b + c + f + g))
+read -r u0 k0 <<<\"\$(tcpu)\"
 pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
 read -r _ a b c _ _ f g _ </proc/stat; x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
-echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) >$out.scpu" >/dev/null 2>&1 &
+read -r u1 k1 <<<\"\$(tcpu)\"
+echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) \$((u1 - u0)) \$((k1 - k0)) >$out.scpu" >/dev/null 2>&1 &
   local spid=$!
   on compute "$DK_VM_DEFS
 rm -f $out.json $out.cpu
@@ -192,9 +197,9 @@ out, sysname, rep, name, args, tdelta = sys.argv[1:]
 j = json.load(open(out + ".json"))["jobs"][0]
 busy, window_ios, hz, ctxt = (int(x) for x in open(out + ".cpu").read().split())
 try:
-    s_busy, s_ctxt, s_hz = (int(x) for x in open(out + ".scpu").read().split())
+    s_busy, s_ctxt, s_hz, t_user, t_sys = (int(x) for x in open(out + ".scpu").read().split())
 except (OSError, ValueError):
-    s_busy = s_ctxt = None
+    s_busy = s_ctxt = t_user = t_sys = None
 ddir = "write" if j["write"]["io_kbytes"] > j["read"]["io_kbytes"] else "read"
 d = j[ddir]
 pct = d["clat_ns"].get("percentile", {})
@@ -221,6 +226,8 @@ print(json.dumps({
     "ctxt_per_io": ctxt / window_ios if window_ios else None,
     "storage_cpu_us_per_io": s_busy * 1e6 / s_hz / window_ios if window_ios and s_busy is not None else None,
     "storage_ctxt_per_io": s_ctxt / window_ios if window_ios and s_ctxt is not None else None,
+    "target_user_us_per_io": t_user * 1e6 / s_hz / window_ios if window_ios and t_user is not None else None,
+    "target_sys_us_per_io": t_sys * 1e6 / s_hz / window_ios if window_ios and t_sys is not None else None,
     **target_split(tdelta),
 }))
 PY
