@@ -580,13 +580,15 @@ impl Driver for DiskDev {
         mut rq: DiskRq,
         _last: bool,
     ) -> core::result::Result<(), (DiskRq, BlkStatus)> {
-        let now_ns = if self.info.telemetry.is_on() {
-            telemetry::now_ns()
+        // One clock read serves the loss-timeout clock and the telemetry's stamps.
+        let now_ns = telemetry::now_ns();
+        let stamp = if self.info.telemetry.is_on() {
+            now_ns
         } else {
             0
         };
         if rq.first_dispatch() {
-            rq.pdu().start(now_ns);
+            rq.pdu().start(stamp);
         }
         let q = {
             let c = self.ctrl.lock();
@@ -608,8 +610,8 @@ impl Driver for DiskDev {
         };
         match q {
             Some(q) => {
-                rq.pdu().posting(now_ns);
-                let first = rq.pdu().sending();
+                rq.pdu().posting(stamp);
+                let first = rq.pdu().sending(now_ns / 1_000_000);
                 q.submit(rq).inspect_err(|(rq, _)| {
                     if first {
                         rq.pdu().unsent();

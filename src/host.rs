@@ -75,11 +75,11 @@ impl Pdu {
         )
     }
 
-    /// The I/O is being given to a connection: starts its clock if this is the first time.
-    /// True if it did (see [`Pdu::unsent`]).
-    pub(crate) fn sending(&self) -> bool {
+    /// The I/O is being given to a connection at `now_ms`: starts its clock if this is the
+    /// first time. True if it did (see [`Pdu::unsent`]).
+    pub(crate) fn sending(&self, now_ms: i64) -> bool {
         self.sent_ms
-            .compare_exchange(0, now_ms().max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(0, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
     }
 
