@@ -39,6 +39,12 @@ pub const TICK: std::time::Duration = std::time::Duration::from_millis(250);
 
 pub const UD_IO: u64 = 1 << 56;
 pub const UD_CQ: u64 = 2 << 56;
+/// The RDMA send CQ's channel (UD_CQ is the receive CQ's).
+pub const UD_SCQ: u64 = 5 << 56;
+/// The target's stop eventfd (`Target::stop_fd`).
+pub const UD_STOP: u64 = 6 << 56;
+/// A connection's own wake-up eventfd (RDMA: its peer disconnected).
+pub const UD_WAKE: u64 = 7 << 56;
 pub const UD_RECV: u64 = 3 << 56;
 pub const UD_SEND: u64 = 4 << 56;
 pub const UD_KIND: u64 = 0xff << 56;
@@ -133,6 +139,8 @@ pub struct Core {
     /// Keeps an exclusive export held (until the last write of this connection is over,
     /// reaper included).
     hold: Option<Hold>,
+    /// A poll of the target's stop eventfd is on the ring.
+    stop_polled: bool,
     /// When teardown stops waiting for the ring (set by the first [`Core::drain`]).
     drain_until: Option<Instant>,
 }
@@ -152,8 +160,14 @@ impl Core {
         slots: usize,
     ) -> std::io::Result<Core> {
         // A request needs at most one backing operation at a time; TCP adds its socket's.
-        let ring = Ring::new(slots as u32 + 8)?;
+        let mut ring = Ring::new(slots as u32 + 8)?;
+        // The stop wakes the thread however long it sleeps (`Target::idle_wait`).
+        let stop_polled = match t.stop_fd() {
+            Some(fd) => ring.poll_in(fd, UD_STOP).is_ok(),
+            None => false,
+        };
         Ok(Core {
+            stop_polled,
             t,
             export,
             fence,
@@ -494,6 +508,21 @@ impl Core {
         self.serve_waiting();
     }
 
+    /// How long this connection may sleep with nothing under way: until the stop, if its
+    /// ring waits for it, else a tick.
+    pub fn idle_wait(&self) -> Duration {
+        if self.stop_polled {
+            self.t.idle_wait()
+        } else {
+            TICK
+        }
+    }
+
+    /// Some slot waits for a data buffer (one of this connection's may come back).
+    pub fn waits_for_buffers(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
     /// Waiting slots may find a buffer another connection gave back.
     pub fn poll_waiting(&mut self) {
         if !self.waiting.is_empty() {
@@ -513,6 +542,9 @@ impl Core {
         for d in done {
             if d.user_data & UD_KIND == UD_IO {
                 self.complete(d);
+            } else if d.user_data & UD_KIND == UD_STOP {
+                // Readable for good now: not polled again (the loops check `stopping`).
+                self.stop_polled = false;
             } else {
                 other.push(d);
             }
@@ -526,6 +558,10 @@ impl Core {
     /// teardown, however often this is called), and applies the backing completions that
     /// come: their slots are no longer in flight. Returns the transport's completions.
     pub fn drain(&mut self) -> Vec<Done> {
+        if std::mem::take(&mut self.stop_polled) {
+            // It would never complete before the target stops.
+            let _ = self.ring.cancel(UD_STOP);
+        }
         let until = *self
             .drain_until
             .get_or_insert_with(|| Instant::now() + DRAIN);

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -20,6 +21,7 @@ use crate::fence_table::{ConnFence, FenceTable, Refusal, FENCE_TABLE_CAP};
 use crate::hostile::{Hostile, Kind};
 use crate::pool::Budget;
 use crate::stats::Stats;
+use crate::wake::Wake;
 
 /// Settings that shape every connection.
 #[derive(Clone, Debug)]
@@ -150,6 +152,20 @@ impl Drop for Slot {
     }
 }
 
+/// The longest an idle thread sleeps (it wakes at once for its own events and for a stop).
+pub const IDLE_WAIT: Duration = Duration::from_secs(10);
+
+fn stop_wake() -> Option<Wake> {
+    Wake::new()
+        .inspect_err(|e| {
+            log::warn!(
+                "cannot make an eventfd ({e}): idle threads will wake every {} ms",
+                crate::conn::TICK.as_millis()
+            )
+        })
+        .ok()
+}
+
 /// State shared by every connection thread.
 pub struct Target {
     pub exports: Exports,
@@ -161,6 +177,9 @@ pub struct Target {
     pub stats: Stats,
     pub budget: Arc<Budget>,
     pub shutdown: AtomicBool,
+    /// Readable once the target stops (an eventfd): every thread that waits includes it, so
+    /// that an idle one can sleep until something happens rather than wake to look.
+    stop: Option<Wake>,
     fences: FenceTable,
     connections: AtomicUsize,
     per_host: Mutex<HashMap<IpAddr, usize>>,
@@ -189,6 +208,7 @@ impl Target {
             stats: Stats::default(),
             budget,
             shutdown: AtomicBool::new(false),
+            stop: stop_wake(),
             fences: FenceTable::new(FENCE_TABLE_CAP),
             connections: AtomicUsize::new(0),
             per_host: Mutex::new(HashMap::new()),
@@ -201,6 +221,37 @@ impl Target {
     /// Whether SIGTERM asked us to stop.
     pub fn stopping(&self) -> bool {
         self.shutdown.load(Ordering::Relaxed)
+    }
+
+    /// Some request went short of a data buffer lately: whoever holds one gives it back as
+    /// soon as it can.
+    pub fn starved(&self) -> bool {
+        self.budget.short_recently()
+    }
+
+    /// Stops the target: no new connections, in-flight requests finish. Wakes every waiting
+    /// thread.
+    pub fn stop(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        if let Some(w) = &self.stop {
+            w.signal();
+        }
+    }
+
+    /// The fd that becomes readable when the target stops; None if none could be made (then
+    /// waits fall back to [`crate::conn::TICK`]).
+    pub fn stop_fd(&self) -> Option<RawFd> {
+        self.stop.as_ref().map(Wake::fd)
+    }
+
+    /// How long a thread with nothing to do may sleep: it wakes for its own events, and for
+    /// the stop through [`Target::stop_fd`].
+    pub fn idle_wait(&self) -> Duration {
+        if self.stop.is_some() && !self.stopping() {
+            IDLE_WAIT
+        } else {
+            crate::conn::TICK
+        }
     }
 
     /// Whether the target-wide list lets `ip` in (checked on accept, before reading).

@@ -30,8 +30,12 @@ mod ring;
 mod stats;
 mod stats_cmd;
 mod tcp;
+mod wake;
 
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -248,6 +252,20 @@ fn run(cfg: Config) -> Result<(), String> {
     // Signals first, so a SIGTERM during start-up is not lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGUSR1])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    // The same signals also write a byte here, so that the loop below sleeps until a signal
+    // or its next stats write, not a tick at a time.
+    let (sig_rx, sig_tx) =
+        UnixStream::pair().map_err(|e| format!("cannot make a signal pipe: {e}"))?;
+    sig_rx
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot make a signal pipe: {e}"))?;
+    for sig in [SIGTERM, SIGINT, SIGUSR1] {
+        let tx = sig_tx
+            .try_clone()
+            .map_err(|e| format!("cannot make a signal pipe: {e}"))?;
+        signal_hook::low_level::pipe::register(sig, tx)
+            .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    }
 
     let mut workers = Vec::new();
     if let Some(port) = cfg.tcp_port {
@@ -327,7 +345,7 @@ fn run(cfg: Config) -> Result<(), String> {
                 _ => {
                     say("shutting down: no new connections; finishing in-flight requests");
                     notify::notify("STOPPING=1\nSTATUS=finishing in-flight requests");
-                    target.shutdown.store(true, Ordering::SeqCst);
+                    target.stop();
                 }
             }
         }
@@ -336,7 +354,11 @@ fn run(cfg: Config) -> Result<(), String> {
             logging::flush_dropped();
             last_write = Instant::now();
         }
-        thread::sleep(conn::TICK);
+        let next = Duration::from_secs(1).saturating_sub(last_write.elapsed());
+        if wake::readable(&[Some(sig_rx.as_raw_fd())], Some(next)).is_err() {
+            thread::sleep(conn::TICK);
+        }
+        while (&sig_rx).read(&mut [0u8; 64]).is_ok_and(|n| n > 0) {}
     }
     // Bounded: connections finish within the shutdown timeout (then close whatever they
     // still have); a few seconds more for the listeners to notice.

@@ -10,8 +10,9 @@
 //! domain) and one for TCP; all of them draw on one [`Budget`].
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Instant;
 
 use rdmadisk_net::buf::AlignedBuf;
 #[cfg(feature = "rdma")]
@@ -25,6 +26,9 @@ pub struct Budget {
     /// Every pool drawing on it, so that one short of buffers can have the others give back
     /// the free ones they keep (after a failover, say, TCP's would sit idle).
     pools: Mutex<Vec<Weak<Pool>>>,
+    /// When a request last found no buffer: ms since `born`, plus one (0: never).
+    last_short: AtomicU64,
+    born: Instant,
 }
 
 impl Budget {
@@ -34,7 +38,20 @@ impl Budget {
             used: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             pools: Mutex::new(Vec::new()),
+            last_short: AtomicU64::new(0),
+            born: Instant::now(),
         })
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// Whether some request found no buffer within the last second: connections then give
+    /// theirs back as soon as they can (see `rdma::Conn::need_sends`).
+    pub fn short_recently(&self) -> bool {
+        let at = self.last_short.load(Ordering::Relaxed);
+        at != 0 && self.now_ms().saturating_sub(at) < 1000
     }
 
     fn register(&self, p: &Arc<Pool>) {
@@ -200,6 +217,8 @@ impl Pool {
         if !self.budget.take(self.buf_len) {
             self.budget.trim_others(self);
             if !self.budget.take(self.buf_len) {
+                let b = &self.budget;
+                b.last_short.store(b.now_ms(), Ordering::Relaxed);
                 return Ok(None);
             }
         }

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdmadisk_net::rdma::{
     self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Pd, QpCaps,
@@ -29,11 +29,16 @@ use rdmadisk_proto::wire::{
     ClientMsg, Hello, HelloReply, HelloStatus, Status, REQUEST_LEN, RESPONSE_LEN,
 };
 
-use crate::conn::{Core, Stage, TICK, UD_CQ, UD_KIND};
+use crate::conn::{Core, Stage, TICK, UD_CQ, UD_KIND, UD_SCQ, UD_WAKE};
 use crate::engine::{Challenge, Slot as CapSlot, Target};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
 use crate::pool::{Budget, Pool};
+use crate::ring::Done;
 use crate::stats::Stats;
+use crate::wake::Wake;
+
+/// CQ entries beyond the work requests that can complete on it.
+const CQ_SPARE: u32 = 8;
 
 /// Largest RDMA Read a write's data is pulled with. A read whose responses show a gap waits
 /// for the ACK timeout before it asks again for the rest, while a later read's response
@@ -72,6 +77,9 @@ fn wr_index(id: u64) -> usize {
 
 struct Shared {
     disconnected: AtomicBool,
+    /// Signalled with `disconnected`, to wake the connection's thread (None: it ticks, see
+    /// `Conn::wait_limit`).
+    wake: Option<Wake>,
 }
 
 type ConnMap = Arc<Mutex<HashMap<usize, Arc<Shared>>>>;
@@ -110,7 +118,14 @@ impl Listener {
             if t.stopping() && threads.is_empty() {
                 break;
             }
-            let mut ev = match self.ch.next_event(Some(TICK)) {
+            // Woken by a cm event or the stop (then a tick at a time, until the connections
+            // are gone).
+            let stop = if t.stopping() { None } else { t.stop_fd() };
+            match crate::wake::readable(&[Some(self.ch.fd()), stop], Some(t.idle_wait())) {
+                Ok(m) if m & 1 == 0 => continue,
+                _ => {}
+            }
+            let mut ev = match self.ch.next_event(Some(Duration::ZERO)) {
                 Ok(Some(ev)) => ev,
                 Ok(None) => continue,
                 Err(e) => {
@@ -167,6 +182,9 @@ impl Listener {
                         .get(&key)
                     {
                         s.disconnected.store(true, Ordering::SeqCst);
+                        if let Some(w) = &s.wake {
+                            w.signal();
+                        }
                     }
                 }
                 CmEventKind::Established | CmEventKind::TimewaitExit => {}
@@ -301,12 +319,12 @@ fn setup(
         Err(e) => return fail(id, e.to_string()),
     };
     let l = dev.limits;
-    if send_wr > l.max_qp_wr || send_wr + recv_wr + 16 > l.max_cqe {
+    if send_wr > l.max_qp_wr || send_wr.max(recv_wr) + CQ_SPARE > l.max_cqe {
         return fail(
             id,
             format!(
-                "credits={credits} needs {send_wr} send work requests and {} CQ entries; the device allows {} and {}: lower --credits or --rdma-window",
-                send_wr + recv_wr + 16,
+                "credits={credits} needs {send_wr} send work requests and a CQ of {} entries; the device allows {} and {}: lower --credits or --rdma-window",
+                send_wr.max(recv_wr) + CQ_SPARE,
                 l.max_qp_wr,
                 l.max_cqe
             ),
@@ -319,12 +337,24 @@ fn setup(
         Ok(m) => m,
         Err(e) => return fail(id, e.to_string()),
     };
-    let res = (|| -> io::Result<(Arc<CompChannel>, Arc<Cq>)> {
-        let comp = CompChannel::new(&dev.pd)?;
-        let cq = Cq::new(&dev.pd, send_wr + recv_wr + 16, Some(&comp))?;
+    // Two CQs, each with its own channel: receives wake the connection always, but the
+    // completions of response Sends only when something waits for them (`Conn::need_sends`).
+    // At queue depth 1 that halves the wake-ups: the Send's completion is reaped with the next
+    // request instead of waking the thread on its own (docs/design.md, "The target").
+    let res = (|| -> io::Result<(Arc<Cq>, Arc<Cq>)> {
+        let cq = Cq::new(
+            &dev.pd,
+            recv_wr + CQ_SPARE,
+            Some(&CompChannel::new(&dev.pd)?),
+        )?;
+        let scq = Cq::new(
+            &dev.pd,
+            send_wr + CQ_SPARE,
+            Some(&CompChannel::new(&dev.pd)?),
+        )?;
         id.create_qp(
             &dev.pd,
-            &cq,
+            &scq,
             &cq,
             QpCaps {
                 max_send_wr: send_wr,
@@ -352,9 +382,9 @@ fn setup(
             retry_count: 7,
             rnr_retry_count: 0,
         })?;
-        Ok((comp, cq))
+        Ok((cq, scq))
     })();
-    let (comp, cq) = match res {
+    let (cq, scq) = match res {
         Ok(p) => p,
         Err(e) => return fail(id, e.to_string()),
     };
@@ -388,7 +418,7 @@ fn setup(
         rslot,
         send_mr,
         cq,
-        _comp: comp,
+        scq,
         _dev: dev,
         _cap: cap,
         peer,
@@ -403,7 +433,10 @@ fn setup(
         chooser: Chooser::default(),
         rng: Rng::new(u64::from(peer_addr.map_or(0, |a| a.port()))),
         late_rkeys: VecDeque::new(),
+        batch: Vec::new(),
         armed: false,
+        sarmed: false,
+        reads_out: 0,
         last_rx: Instant::now(),
         broken: None,
         hostile_reset: false,
@@ -412,8 +445,36 @@ fn setup(
         denied: None,
         shared: Arc::new(Shared {
             disconnected: AtomicBool::new(false),
+            wake: Wake::new().ok(),
         }),
     })
+}
+
+/// A response's work request, planned by `Conn::respond` and posted by `Conn::post_batch`
+/// with the others of the same pass.
+#[derive(Clone, Copy)]
+struct WrPlan {
+    wr_id: u64,
+    op: PlanOp,
+    /// The local buffer: which, offset, length.
+    local: (Local, usize, usize),
+    signaled: bool,
+}
+
+#[derive(Clone, Copy)]
+enum PlanOp {
+    Send,
+    SendInv(u32),
+    /// RDMA Write to (remote address, rkey).
+    Write(u64, u32),
+}
+
+#[derive(Clone, Copy)]
+enum Local {
+    /// The connection's send buffer.
+    Send,
+    /// Slot `j`'s data buffer.
+    Data(usize),
 }
 
 /// One RDMA connection. Field order is drop order: the QP (in `id`) goes first, so that no
@@ -426,8 +487,10 @@ struct Conn {
     /// Bytes per receive ([`recv_slot`]).
     rslot: usize,
     send_mr: Mr,
+    /// Receives.
     cq: Arc<Cq>,
-    _comp: Arc<CompChannel>,
+    /// Send-queue work: RDMA Reads, response Sends (with their RDMA Writes), extras.
+    scq: Arc<Cq>,
     _dev: Arc<Device>,
     _cap: CapSlot,
     peer: String,
@@ -451,8 +514,14 @@ struct Conn {
     rng: Rng,
     /// rkeys of the late writes in flight, oldest first.
     late_rkeys: VecDeque<u32>,
-    /// The CQ is armed and a poll of its channel is on the ring.
+    /// The responses of this pass, not yet posted.
+    batch: Vec<WrPlan>,
+    /// The receive CQ is armed and a poll of its channel is on the ring.
     armed: bool,
+    /// The same for the send CQ.
+    sarmed: bool,
+    /// Slots whose RDMA Reads are posted and not yet complete.
+    reads_out: usize,
     last_rx: Instant,
     broken: Option<String>,
     /// `broken` is the expected end of a hostile late write, not a fault.
@@ -472,6 +541,10 @@ impl Conn {
 
     fn run(mut self, unmap: impl FnOnce()) {
         let t = self.core.t.clone();
+        let mut wake_polled = false;
+        if let Some(fd) = self.shared.wake.as_ref().map(Wake::fd) {
+            wake_polled = self.core.ring.poll_in(fd, UD_WAKE).is_ok();
+        }
         let mut other = Vec::new();
         let mut stop_at = None;
         let end: Option<String> = loop {
@@ -509,22 +582,11 @@ impl Conn {
                 }
             }
             other.clear();
-            if let Err(e) = self.core.turn(Some(TICK), &mut other) {
+            let wait = self.wait_limit(now);
+            if let Err(e) = self.core.turn(Some(wait), &mut other) {
                 break Some(format!("ring: {e}"));
             }
-            for d in other.drain(..) {
-                if d.user_data & UD_KIND == UD_CQ {
-                    self.armed = false;
-                    if d.result < 0 || d.result & i32::from(libc::POLLIN) == 0 {
-                        // An error on the channel (the device going away, say): taking an event
-                        // would block; the connection is over.
-                        self.broken
-                            .get_or_insert(format!("the CQ channel failed (poll {})", d.result));
-                    } else if let Err(e) = self.cq.take_event() {
-                        self.broken.get_or_insert(format!("CQ event: {e}"));
-                    }
-                }
-            }
+            self.channel_events(&mut other);
         };
         if let Some(why) = end {
             self.broken.get_or_insert(why);
@@ -556,58 +618,161 @@ impl Conn {
         if self.armed {
             let _ = self.core.ring.cancel(UD_CQ);
         }
+        if self.sarmed {
+            let _ = self.core.ring.cancel(UD_SCQ);
+        }
+        if wake_polled && !self.shared.disconnected.load(Ordering::SeqCst) {
+            let _ = self.core.ring.cancel(UD_WAKE);
+        }
         unmap();
+    }
+
+    /// How long the connection may sleep: a tick while anything is under way or has a
+    /// deadline; otherwise until its own events (a request, the peer going: its receives
+    /// are flushed), the target's stop, or its idle deadline.
+    fn wait_limit(&self, now: Instant) -> Duration {
+        let t = &self.core.t;
+        if self.core.busy() > 0
+            || !self.backlog.is_empty()
+            || self.waiting_since.is_some()
+            || self.auth.is_some()
+            || self.gone()
+            || t.stopping()
+            || self.shared.wake.is_none()
+            || self.core.t.starved()
+        {
+            return TICK;
+        }
+        let wait = self.core.idle_wait();
+        match t.limits.idle_timeout {
+            Some(idle) => wait.min(
+                idle.saturating_sub(now.duration_since(self.last_rx)) + Duration::from_millis(10),
+            ),
+            None => wait,
+        }
+    }
+
+    /// Takes the events of the CQ channels whose polls completed on the ring.
+    fn channel_events(&mut self, other: &mut Vec<Done>) {
+        for d in other.drain(..) {
+            let (cq, armed) = match d.user_data & UD_KIND {
+                UD_CQ => (&self.cq, &mut self.armed),
+                UD_SCQ => (&self.scq, &mut self.sarmed),
+                _ => continue,
+            };
+            *armed = false;
+            if d.result < 0 || d.result & i32::from(libc::POLLIN) == 0 {
+                // An error on the channel (the device going away, say): taking an event
+                // would block; the connection is over.
+                self.broken
+                    .get_or_insert(format!("the CQ channel failed (poll {})", d.result));
+            } else if let Err(e) = cq.take_event() {
+                self.broken.get_or_insert(format!("CQ event: {e}"));
+            }
+        }
     }
 
     /// Applies completions and moves every request along that can move.
     fn pump(&mut self) {
+        // Submissions ahead of the wait, per pass (a ring that cannot take them now, its
+        // completion queue full, gets them at the wait instead).
+        let mut early = 8;
         loop {
             self.poll_cq();
             self.core.poll_waiting();
             self.fetch();
             self.answer();
-            if self.gone() || self.armed {
+            if self.gone() {
                 return;
             }
+            // Backing I/O just queued goes now, not after the CQs are armed: a fast store
+            // (a RAM disk, the page cache) completes it within the submission, and its
+            // response is then posted in this same pass.
+            if early > 0 && self.core.ring.unsubmitted() {
+                early -= 1;
+                let mut other = Vec::new();
+                if let Err(e) = self.core.turn(None, &mut other) {
+                    self.broken.get_or_insert(format!("ring: {e}"));
+                    return;
+                }
+                self.channel_events(&mut other);
+                continue;
+            }
             // Arm, then look once more: a completion may have come in between.
-            if let Err(e) = self.cq.arm() {
-                self.broken.get_or_insert(format!("cannot arm the CQ: {e}"));
+            let arm_recv = !self.armed;
+            let arm_send = !self.sarmed && self.need_sends();
+            if !arm_recv && !arm_send {
                 return;
+            }
+            for (cq, armed) in [(&self.cq, arm_recv), (&self.scq, arm_send)] {
+                if armed {
+                    if let Err(e) = cq.arm() {
+                        self.broken.get_or_insert(format!("cannot arm the CQ: {e}"));
+                        return;
+                    }
+                }
             }
             if self.poll_cq() > 0 {
                 continue;
             }
-            let Some(fd) = self.cq.channel_fd() else {
-                return;
-            };
-            if let Err(e) = self.core.ring.poll_in(fd, UD_CQ) {
-                self.broken
-                    .get_or_insert(format!("cannot wait for the CQ: {e}"));
-                return;
+            for (cq, ud, arm) in [(&self.cq, UD_CQ, arm_recv), (&self.scq, UD_SCQ, arm_send)] {
+                let Some(fd) = cq.channel_fd().filter(|_| arm) else {
+                    continue;
+                };
+                if let Err(e) = self.core.ring.poll_in(fd, ud) {
+                    self.broken
+                        .get_or_insert(format!("cannot wait for the CQ: {e}"));
+                    return;
+                }
+                if ud == UD_CQ {
+                    self.armed = true;
+                } else {
+                    self.sarmed = true;
+                }
             }
-            self.armed = true;
             return;
         }
     }
 
-    /// Takes every completion of the CQ; returns how many.
+    /// Whether anything waits for a completion of the send queue. Only then does the send CQ
+    /// wake the connection; otherwise its completions (of response Sends, at rest) are reaped
+    /// with the next receive, or at the next tick ([`crate::conn::TICK`]).
+    fn need_sends(&self) -> bool {
+        self.reads_out > 0
+            || !self.backlog.is_empty()
+            || self.core.waits_for_buffers()
+            || self.core.t.starved()
+            || !self.core.to_fetch.is_empty()
+            || !self.core.to_answer.is_empty()
+            || self.core.t.stopping()
+            || self.denied.is_some()
+            || !self.late_rkeys.is_empty()
+            || self.spare_free.len() < SPARE
+    }
+
+    /// Takes every completion of both CQs, the send CQ's first (they free slots that the
+    /// requests just received may need); returns how many.
     fn poll_cq(&mut self) -> usize {
         let mut wcs = Vec::new();
         let mut total = 0;
-        loop {
-            wcs.clear();
-            match self.cq.poll(&mut wcs, 16) {
-                Ok(0) => return total,
-                Ok(n) => total += n,
-                Err(e) => {
-                    self.broken.get_or_insert(format!("CQ poll failed: {e}"));
-                    return total;
+        for send in [true, false] {
+            loop {
+                wcs.clear();
+                let cq = if send { &self.scq } else { &self.cq };
+                match cq.poll(&mut wcs, 16) {
+                    Ok(0) => break,
+                    Ok(n) => total += n,
+                    Err(e) => {
+                        self.broken.get_or_insert(format!("CQ poll failed: {e}"));
+                        return total;
+                    }
+                }
+                for wc in &wcs {
+                    self.completion(wc);
                 }
             }
-            for wc in &wcs {
-                self.completion(wc);
-            }
         }
+        total
     }
 
     fn completion(&mut self, wc: &rdma::Completion) {
@@ -636,6 +801,7 @@ impl Conn {
         match kind {
             K_RECV => self.received(wc, i),
             K_READ => {
+                self.reads_out = self.reads_out.saturating_sub(1);
                 self.off_wire(i);
                 Stats::inc(&t.stats.rdma_reads);
                 Stats::add(
@@ -807,20 +973,31 @@ impl Conn {
                 self.inline_in(j);
             }
         }
+        // Every write the window lets in, with one `ibv_post_send` (see `post_batch`).
+        let mut taken = Vec::new();
         while let Some(&j) = self.core.to_fetch.front() {
             let n = self.core.slots[j].req.length as usize;
             if !self.wire_room(n) {
-                return;
+                break;
             }
             self.core.to_fetch.pop_front();
-            let s = &self.core.slots[j];
-            let Some(mr) = s.buf.as_ref().and_then(|b| b.mr()) else {
-                self.broken
-                    .get_or_insert("a write's buffer is not registered".into());
-                return;
-            };
-            let wrs: Vec<SendWr> = (0..n.div_ceil(READ_CHUNK).max(1))
-                .map(|k| {
+            self.on_wire(j, n);
+            taken.push(j);
+        }
+        if taken.is_empty() {
+            return;
+        }
+        let res = {
+            let slots = &self.core.slots;
+            let mut wrs: Vec<SendWr> = Vec::new();
+            for &j in &taken {
+                let s = &slots[j];
+                let n = s.req.length as usize;
+                let Some(mr) = s.buf.as_ref().and_then(|b| b.mr()) else {
+                    wrs.clear();
+                    break;
+                };
+                wrs.extend((0..n.div_ceil(READ_CHUNK).max(1)).map(|k| {
                     let off = k * READ_CHUNK;
                     let last = off + READ_CHUNK >= n;
                     SendWr {
@@ -832,14 +1009,21 @@ impl Conn {
                         local: Some((mr, off, (n - off).min(READ_CHUNK))),
                         signaled: last,
                     }
-                })
-                .collect();
-            if let Err(e) = self.id.post_send(&wrs) {
-                self.broken
-                    .get_or_insert(format!("cannot post an RDMA Read: {e}"));
-                return;
+                }));
             }
-            self.on_wire(j, n);
+            if wrs.is_empty() {
+                Err("a write's buffer is not registered".to_string())
+            } else {
+                self.id
+                    .post_send(&wrs)
+                    .map_err(|e| format!("cannot post an RDMA Read: {e}"))
+            }
+        };
+        match res {
+            Ok(()) => self.reads_out += taken.len(),
+            Err(e) => {
+                self.broken.get_or_insert(e);
+            }
         }
     }
 
@@ -869,19 +1053,20 @@ impl Conn {
     fn answer(&mut self) {
         while let Some(&j) = self.core.to_answer.front() {
             if self.gone() || !self.wire_room(self.core.slots[j].out_len()) {
-                return;
+                break;
             }
             if !self.resp_credits.try_consume() {
                 if self.waiting_since.is_none() {
                     Stats::inc(&self.core.t.stats.credit_waits);
                     self.waiting_since = Some(Instant::now());
                 }
-                return;
+                break;
             }
             self.waiting_since = None;
             self.core.to_answer.pop_front();
             self.respond(j);
         }
+        self.post_batch();
     }
 
     /// Posts receive `r` again (a credit the next response grants back); false, with the
@@ -962,55 +1147,47 @@ impl Conn {
         let invalidated = matches!(op, SendOp::SendInv { .. });
         let off = j * SLOT;
         self.send_mr[off..off + len].copy_from_slice(&msg[..len]);
-        let data_mr = self.core.slots[j].buf.as_ref().and_then(|b| b.mr());
-        let mut wrs = Vec::with_capacity(3);
-        if n > 0 {
-            let Some(mr) = data_mr else {
-                self.broken
-                    .get_or_insert("a read's buffer is not registered".into());
-                return;
-            };
-            wrs.push(SendWr {
-                wr_id: 0,
-                op: SendOp::RdmaWrite {
-                    remote_addr: req.buf.addr,
-                    rkey: req.buf.rkey,
-                },
-                local: Some((mr, 0, n)),
-                signaled: false,
-            });
+        let late = hostile == Some(Kind::LateWrite) && n > 0;
+        if n > 0
+            && self.core.slots[j]
+                .buf
+                .as_ref()
+                .and_then(|b| b.mr())
+                .is_none()
+        {
+            self.broken
+                .get_or_insert("a read's buffer is not registered".into());
+            return;
         }
-        wrs.push(SendWr {
+        let write = WrPlan {
+            wr_id: 0,
+            op: PlanOp::Write(req.buf.addr, req.buf.rkey),
+            local: (Local::Data(j), 0, n),
+            signaled: false,
+        };
+        if n > 0 {
+            self.batch.push(write);
+        }
+        self.batch.push(WrPlan {
             wr_id: wr_id(K_SEND, j),
-            op,
-            local: Some((&self.send_mr, off, len)),
+            op: match op {
+                SendOp::SendInv { rkey } => PlanOp::SendInv(rkey),
+                _ => PlanOp::Send,
+            },
+            local: (Local::Send, off, len),
             signaled: true,
         });
-        let late = hostile == Some(Kind::LateWrite) && n > 0;
         if late {
             // The same bytes again, to the same place: if the client's HCA wrongly lets it in,
             // it rewrites data the client already has rather than corrupting it.
-            wrs.push(SendWr {
+            self.batch.push(WrPlan {
                 wr_id: wr_id(K_LATE, j),
-                op: SendOp::RdmaWrite {
-                    remote_addr: req.buf.addr,
-                    rkey: req.buf.rkey,
-                },
-                local: Some((
-                    data_mr.expect("checked above"),
-                    0,
-                    hostile::LATE_WRITE_LEN.min(n),
-                )),
+                local: (Local::Data(j), 0, hostile::LATE_WRITE_LEN.min(n)),
                 signaled: true,
+                ..write
             });
         }
-        if let Err(e) = self.id.post_send(&wrs) {
-            self.broken
-                .get_or_insert(format!("cannot post a response: {e}"));
-            return;
-        }
         self.pending[j] = 1 + u32::from(late);
-        self.core.responded(j);
         self.on_wire(j, n);
         if n > 0 {
             Stats::inc(&t.stats.rdma_writes);
@@ -1029,9 +1206,63 @@ impl Conn {
         }
     }
 
+    /// Posts the responses planned so far with one `ibv_post_send`: one doorbell, and one run
+    /// of the provider's send task, for a whole pass of responses instead of one each (with
+    /// soft-RoCE, each doorbell wakes a kernel worker that preempts this thread).
+    fn post_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let res = {
+            let wrs: Option<Vec<SendWr>> = batch
+                .iter()
+                .map(|p| {
+                    let (which, off, len) = p.local;
+                    let mr = match which {
+                        Local::Send => Some(&self.send_mr),
+                        Local::Data(j) => self.core.slots[j].buf.as_ref().and_then(|b| b.mr()),
+                    }?;
+                    Some(SendWr {
+                        wr_id: p.wr_id,
+                        op: match p.op {
+                            PlanOp::Send => SendOp::Send,
+                            PlanOp::SendInv(rkey) => SendOp::SendInv { rkey },
+                            PlanOp::Write(remote_addr, rkey) => {
+                                SendOp::RdmaWrite { remote_addr, rkey }
+                            }
+                        },
+                        local: Some((mr, off, len)),
+                        signaled: p.signaled,
+                    })
+                })
+                .collect();
+            match wrs {
+                Some(w) => self.id.post_send(&w).map_err(|e| e.to_string()),
+                None => Err("a read's buffer went away before its response".into()),
+            }
+        };
+        match res {
+            Ok(()) => {
+                // The requests' time in the target ends with their responses posted.
+                for p in batch.iter().filter(|p| wr_kind(p.wr_id) == K_SEND) {
+                    self.core.responded(wr_index(p.wr_id));
+                }
+            }
+            Err(e) => {
+                self.broken
+                    .get_or_insert(format!("cannot post a response: {e}"));
+            }
+        }
+        self.batch = batch;
+        self.batch.clear();
+    }
+
     /// Posts one extra hostile message as a plain Send. Like every Send it spends a response
     /// credit, so it is sent only if one is left (no RNR, ever), and a spare buffer.
     fn post_extra(&mut self, msg: &[u8; RESPONSE_LEN]) {
+        // After the responses planned before it, as the hostile act means.
+        self.post_batch();
         if self.spare_free.is_empty() || !self.resp_credits.try_consume() {
             return;
         }

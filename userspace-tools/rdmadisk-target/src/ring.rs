@@ -44,6 +44,11 @@ impl Ring {
         self.inflight
     }
 
+    /// Entries are queued and not yet submitted.
+    pub fn unsubmitted(&mut self) -> bool {
+        !self.ring.submission().is_empty()
+    }
+
     /// Queues one entry, making room by submitting what is queued if the ring is full.
     ///
     /// # Safety

@@ -76,8 +76,9 @@ pub fn serve(
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // Woken at once by a connection, else once a tick for the shutdown flag.
-                if let Err(e) = rdmadisk_net::rdma::poll_fd(listener.as_raw_fd(), Some(TICK)) {
+                // Woken at once by a connection or the stop.
+                let fds = [Some(listener.as_raw_fd()), t.stop_fd()];
+                if let Err(e) = crate::wake::readable(&fds, Some(t.idle_wait())) {
                     log::error!("tcp: cannot poll the listener: {e}");
                     thread::sleep(TICK);
                 }
@@ -452,7 +453,22 @@ impl Conn {
             // No idle close on TCP: the kernel client sends no keepalive messages there, and
             // TCP keepalive (30 s, then 3 probes 10 s apart) finds a peer that is gone.
             other.clear();
-            if let Err(e) = self.core.turn(Some(TICK), &mut other) {
+            // A tick while anything is under way; else until the socket, the stop, or the
+            // backing I/O has news (its receive is always on the ring).
+            let wait = if owes
+                || matches!(self.parse, Parse::NeedBuf { .. })
+                || t.stopping()
+                || self.core.busy() > 0
+                || self.sending.is_some()
+                || !self.out.is_empty()
+                || self.auth.is_some()
+                || self.closing.is_some()
+            {
+                TICK
+            } else {
+                self.core.idle_wait()
+            };
+            if let Err(e) = self.core.turn(Some(wait), &mut other) {
                 return End::Reset(format!("ring: {e}"));
             }
             for d in other.drain(..) {
