@@ -160,13 +160,15 @@ bp_job() {
   on storage "$DK_VM_DEFS
 rm -f $out.scpu
 tcpu() { read -r p 2>/dev/null <$DK_TPID && awk '{ print \$14, \$15 }' /proc/\$p/stat 2>/dev/null || echo 0 0; }
+# The target's wake-ups: the times its threads gave up the CPU to wait.
+twake() { read -r p 2>/dev/null <$DK_TPID && cat /proc/\$p/task/*/status 2>/dev/null | awk '\$1 == \"voluntary_ctxt_switches:\" { n += \$2 } END { print n + 0 }' || echo 0; }
 pause 1.5
 read -r _ a b c _ _ f g _ </proc/stat; x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); s0=\$((a + b + c + f + g))
-read -r u0 k0 <<<\"\$(tcpu)\"
+read -r u0 k0 <<<\"\$(tcpu)\"; w0=\$(twake)
 pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
 read -r _ a b c _ _ f g _ </proc/stat; x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
-read -r u1 k1 <<<\"\$(tcpu)\"
-echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) \$((u1 - u0)) \$((k1 - k0)) >$out.scpu" >/dev/null 2>&1 &
+read -r u1 k1 <<<\"\$(tcpu)\"; w1=\$(twake)
+echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) \$((u1 - u0)) \$((k1 - k0)) \$((w1 - w0)) >$out.scpu" >/dev/null 2>&1 &
   local spid=$!
   on compute "$DK_VM_DEFS
 rm -f $out.json $out.cpu
@@ -197,9 +199,9 @@ out, sysname, rep, name, args, tdelta = sys.argv[1:]
 j = json.load(open(out + ".json"))["jobs"][0]
 busy, window_ios, hz, ctxt = (int(x) for x in open(out + ".cpu").read().split())
 try:
-    s_busy, s_ctxt, s_hz, t_user, t_sys = (int(x) for x in open(out + ".scpu").read().split())
+    s_busy, s_ctxt, s_hz, t_user, t_sys, t_wake = (int(x) for x in open(out + ".scpu").read().split())
 except (OSError, ValueError):
-    s_busy = s_ctxt = t_user = t_sys = None
+    s_busy = s_ctxt = t_user = t_sys = t_wake = None
 ddir = "write" if j["write"]["io_kbytes"] > j["read"]["io_kbytes"] else "read"
 d = j[ddir]
 pct = d["clat_ns"].get("percentile", {})
@@ -228,6 +230,7 @@ print(json.dumps({
     "storage_ctxt_per_io": s_ctxt / window_ios if window_ios and s_ctxt is not None else None,
     "target_user_us_per_io": t_user * 1e6 / s_hz / window_ios if window_ios and t_user is not None else None,
     "target_sys_us_per_io": t_sys * 1e6 / s_hz / window_ios if window_ios and t_sys is not None else None,
+    "target_wakeups_per_io": t_wake / window_ios if window_ios and t_wake is not None else None,
     **target_split(tdelta),
 }))
 PY

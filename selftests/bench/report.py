@@ -46,7 +46,7 @@ def summary(samples):
         figs = {}
         for f in ("iops", "mb_s", "lat_p50_us", "lat_p99_us", "lat_mean_us", "cpu_us_per_io", "target_us", "backing_us",
                   "ctxt_per_io", "storage_cpu_us_per_io", "storage_ctxt_per_io", "target_user_us_per_io",
-                  "target_sys_us_per_io"):
+                  "target_sys_us_per_io", "target_wakeups_per_io"):
             xs = [s[f] for s in ss if s.get(f) is not None]
             if xs:
                 figs[f] = (statistics.median(xs), min(xs), max(xs), len(xs))
@@ -127,7 +127,8 @@ def main():
                     ("storage_cpu_us_per_io", "storage CPU µs per I/O"),
                     ("storage_ctxt_per_io", "storage context switches per I/O"),
                     ("target_user_us_per_io", "rdmadisk-target's user CPU µs per I/O"),
-                    ("target_sys_us_per_io", "rdmadisk-target's system CPU µs per I/O")):
+                    ("target_sys_us_per_io", "rdmadisk-target's system CPU µs per I/O"),
+                    ("target_wakeups_per_io", "rdmadisk-target's wake-ups per I/O")):
         for job in jobs:
             cells = []
             for s in systems:
