@@ -639,7 +639,7 @@ impl Conn {
             || self.gone()
             || t.stopping()
             || self.shared.wake.is_none()
-            || self.core.t.starved()
+            || t.starved()
         {
             return TICK;
         }
@@ -1148,17 +1148,7 @@ impl Conn {
         let off = j * SLOT;
         self.send_mr[off..off + len].copy_from_slice(&msg[..len]);
         let late = hostile == Some(Kind::LateWrite) && n > 0;
-        if n > 0
-            && self.core.slots[j]
-                .buf
-                .as_ref()
-                .and_then(|b| b.mr())
-                .is_none()
-        {
-            self.broken
-                .get_or_insert("a read's buffer is not registered".into());
-            return;
-        }
+        // (`post_batch` finds the data buffer's registration, or breaks the connection.)
         let write = WrPlan {
             wr_id: 0,
             op: PlanOp::Write(req.buf.addr, req.buf.rkey),
@@ -1239,7 +1229,7 @@ impl Conn {
                 .collect();
             match wrs {
                 Some(w) => self.id.post_send(&w).map_err(|e| e.to_string()),
-                None => Err("a read's buffer went away before its response".into()),
+                None => Err("a read's buffer is not registered".into()),
             }
         };
         match res {
