@@ -32,6 +32,7 @@ const blk_features_t RDMADISK_BLK_FEAT_FUA = BLK_FEAT_FUA;
 const blk_features_t RDMADISK_BLK_FEAT_STABLE_WRITES = BLK_FEAT_STABLE_WRITES;
 const blk_opf_t RDMADISK_REQ_FUA = REQ_FUA;
 const unsigned int RDMADISK_BLK_MQ_F_SHOULD_MERGE = BLK_MQ_F_SHOULD_MERGE;
+const unsigned int RDMADISK_BLK_MQ_F_BLOCKING = BLK_MQ_F_BLOCKING;
 const req_flags_t RDMADISK_RQF_DONTPREP = RQF_DONTPREP;
 /* The tag set's maps (enum hctx_type), for a tag set with poll queues. */
 const unsigned int RDMADISK_HCTX_TYPE_DEFAULT = HCTX_TYPE_DEFAULT;

@@ -142,6 +142,11 @@ bool rdmadisk_sendpages_ok(struct page *page, size_t len, size_t offset)
 	return sendpages_ok(page, len, offset);
 }
 
+int rdmadisk_sk_stream_wspace(const struct sock *sk)
+{
+	return sk_stream_wspace(sk);
+}
+
 void rdmadisk_kunmap_local(const void *addr)
 {
 	kunmap_local(addr);

@@ -3,10 +3,10 @@
 //! Kernel TCP sockets (`sock_create_kern`), for the TCP transport.
 //!
 //! A [`TcpSocket`] is an IPv4 TCP connection in the initial network namespace. Set-up is
-//! blocking and bounded by the socket timeouts; afterwards the owner either sends blocking
-//! (bounded by the send timeout) or receives without blocking, woken by the socket's
-//! `sk_data_ready` / `sk_state_change` callbacks, which [`TcpSocket::hook`] forwards to a
-//! [`SockEvents`] (as nvme-tcp does, under `sk_callback_lock`).
+//! blocking and bounded by the socket timeouts; afterwards the owner sends blocking (bounded by
+//! the send timeout) or without waiting for room, and receives without blocking, woken by the
+//! socket's `sk_data_ready` / `sk_state_change` callbacks, which [`TcpSocket::hook`] forwards
+//! to a [`SockEvents`] (as nvme-tcp does, under `sk_callback_lock`).
 //!
 //! Headers are copied into the socket (`kernel_sendmsg` with a `kvec`). A write's data pages
 //! are spliced (`MSG_SPLICE_PAGES`, as nvme-tcp does): TCP takes its own page references and
@@ -162,35 +162,60 @@ impl<T: SockEvents> TcpSocket<T> {
         }
     }
 
-    /// Sends all of `buf`, blocking up to the send timeout. `more` says more data follows at
+    /// Bytes the send buffer takes now without waiting (`sk_stream_wspace`). Advisory: TCP
+    /// may still wait for memory, within the send timeout.
+    pub(crate) fn send_room(&self) -> usize {
+        // SAFETY: `sk` is live; the helper only reads two words with `READ_ONCE`.
+        let room = unsafe { b::rdmadisk_sk_stream_wspace(self.sk()) };
+        usize::try_from(room).unwrap_or(0)
+    }
+
+    /// Sends `buf`; returns how many bytes went. Blocking (`nowait` false): all of them, or an
+    /// error after the send timeout. With `nowait` (`MSG_DONTWAIT`): what the send buffer
+    /// takes now, which may be fewer, even none; it never sleeps for room, so a signal
+    /// pending for the calling task cannot interrupt it. `more` says more data follows at
     /// once (`MSG_MORE`), so TCP may hold a partial segment back.
-    pub(crate) fn send(&self, mut buf: &[u8], more: bool) -> Result {
-        while !buf.is_empty() {
+    pub(crate) fn send(&self, buf: &[u8], more: bool, nowait: bool) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            let rest = &buf[done..];
             let mut iov = b::kvec {
-                iov_base: buf.as_ptr().cast_mut().cast(),
-                iov_len: buf.len(),
+                iov_base: rest.as_ptr().cast_mut().cast(),
+                iov_len: rest.len(),
             };
             // SAFETY: An all-zero `msghdr` is the empty message `kernel_sendmsg` expects
             // (it sets up the iterator from `iov` itself).
             let mut msg: b::msghdr = unsafe { mem::zeroed() };
-            msg.msg_flags = (b::MSG_NOSIGNAL | if more { b::MSG_MORE } else { 0 }) as _;
-            // SAFETY: `iov` describes `buf`, which is readable for the call; `msg` is valid.
-            let n = check(unsafe {
-                b::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut iov, 1, buf.len())
-            })?;
+            msg.msg_flags = (b::MSG_NOSIGNAL
+                | if more { b::MSG_MORE } else { 0 }
+                | if nowait { b::MSG_DONTWAIT } else { 0 }) as _;
+            // SAFETY: `iov` describes `rest`, which is readable for the call; `msg` is valid.
+            let n = match check(unsafe {
+                b::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut iov, 1, rest.len())
+            }) {
+                Err(e) if nowait && e == EAGAIN => return Ok(done),
+                r => r?,
+            };
             if n == 0 {
                 return Err(EPIPE);
             }
-            buf = &buf[n.min(buf.len())..];
+            done += n.min(rest.len());
         }
-        Ok(())
+        Ok(done)
     }
 
-    /// Sends the bytes of `page`, blocking up to the send timeout, without copying them where
-    /// the kernel allows (see the module's comment). `more` as for [`TcpSocket::send`].
-    pub(crate) fn send_page(&self, page: &DataPage<'_>, more: bool) -> Result {
+    /// Sends the bytes of `page` from byte `from` on, without copying them where the kernel
+    /// allows (see the module's comment); returns how many went. `more` and `nowait` as for
+    /// [`TcpSocket::send`].
+    pub(crate) fn send_page(
+        &self,
+        page: &DataPage<'_>,
+        from: usize,
+        more: bool,
+        nowait: bool,
+    ) -> Result<usize> {
         let len = page.len();
-        let mut done = 0;
+        let mut done = from.min(len);
         while done < len {
             let mut bv = page.bv;
             bv.bv_offset += done as u32;
@@ -204,6 +229,7 @@ impl<T: SockEvents> TcpSocket<T> {
             let mut msg: b::msghdr = unsafe { mem::zeroed() };
             msg.msg_flags = (b::MSG_NOSIGNAL
                 | if more { b::MSG_MORE } else { 0 }
+                | if nowait { b::MSG_DONTWAIT } else { 0 }
                 | if splice { b::MSG_SPLICE_PAGES } else { 0 }) as _;
             // SAFETY: `bv` is one live `bio_vec` of `bv_len` bytes within one page, which
             // outlives the call; the iterator only reads it (ITER_SOURCE).
@@ -219,13 +245,16 @@ impl<T: SockEvents> TcpSocket<T> {
             // SAFETY: The socket is ours and connected; `msg` describes the page's bytes.
             // With `MSG_SPLICE_PAGES` TCP takes its own references to the page before
             // returning, so the page may be handed back afterwards.
-            let n = check(unsafe { b::sock_sendmsg(self.sock.as_ptr(), &mut msg) })?;
+            let n = match check(unsafe { b::sock_sendmsg(self.sock.as_ptr(), &mut msg) }) {
+                Err(e) if nowait && e == EAGAIN => break,
+                r => r?,
+            };
             if n == 0 {
                 return Err(EPIPE);
             }
             done += n;
         }
-        Ok(())
+        Ok(done - from.min(len))
     }
 
     /// Receives into `buf`. Without `wait`, returns what is there now, or `EAGAIN`; with it,

@@ -36,11 +36,14 @@ pub(crate) enum Fault {
     QpError,
     /// A TCP send fails (the connection is reset).
     FailTcpSend,
+    /// A request frame sent from `queue_rq` stops halfway, as if the socket's send buffer
+    /// were full: the send work writes the rest.
+    ShortTcpSend,
     /// A connection attempt (either transport, and RDMA probes) fails at once.
     FailConnect,
 }
 
-const COUNT: usize = 8;
+const COUNT: usize = 9;
 
 /// One fault's switches.
 #[derive(Default)]
@@ -119,6 +122,7 @@ static FILES: &[File<Faults>] = fault_files! {
     FailMrReg: "fail_mr_reg_every", "fail_mr_reg_percent", "fail_mr_reg_hits";
     QpError: "qp_error_every", "qp_error_percent", "qp_error_hits";
     FailTcpSend: "fail_tcp_send_every", "fail_tcp_send_percent", "fail_tcp_send_hits";
+    ShortTcpSend: "short_tcp_send_every", "short_tcp_send_percent", "short_tcp_send_hits";
     FailConnect: "fail_connect_every", "fail_connect_percent", "fail_connect_hits";
 };
 

@@ -232,6 +232,9 @@ fn attach(table: &DiskTable, dev: &Arc<DiskDev>) -> Result {
             },
         },
         numa_node: kernel::bindings::NUMA_NO_NODE,
+        // The TCP queues send a request from `queue_rq` when they can, as nvme-tcp does,
+        // which takes the socket's lock; the RDMA queues never sleep there either way.
+        blocking: true,
     };
     let disk = Disk::new(&cfg, dev.clone(), ATTRS)?;
     pr_info!(

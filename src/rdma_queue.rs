@@ -18,8 +18,9 @@
 //!
 //! Everything the completion handlers and `queue_rq` share is under one spinlock; handlers
 //! run on the IB completion workqueue (process context), or, on a poll queue, in the task
-//! that polls (blk-mq's poll, under RCU), `queue_rq` under RCU, so nothing here sleeps under
-//! it. Requests are ended outside the lock.
+//! that polls (blk-mq's poll, under RCU), so nothing here sleeps under it, and `queue_rq`
+//! (allowed to sleep for the TCP queues' sake) never does here. Requests are ended outside
+//! the lock.
 
 use core::{
     mem,

@@ -5,11 +5,16 @@
 //! frame carries the read data. The CRC covers the data exactly as on RDMA and is checked,
 //! and retried, by the same code ([`io::finish`]); credits are counted the same way.
 //!
-//! `queue_rq` must not sleep, so it only parks the request in its tag's slot and queues the
-//! send work, which writes frames with blocking sends. The receive work runs when the socket
-//! says data is there and reads without blocking, resuming a frame where it stopped. The two
-//! run independently, so a send blocked on a full socket never keeps responses unread (the
-//! target answers one request at a time and would wait for us).
+//! `queue_rq` parks the request in its tag's slot. When nothing is queued ahead of it, nobody
+//! else is sending and the socket's send buffer has room for the whole frame, it writes the
+//! frame itself without waiting (`MSG_DONTWAIT`), as nvme-tcp does (the tag set is
+//! `BLK_MQ_F_BLOCKING`): that saves waking a worker for every request. Otherwise, and for
+//! whatever of the frame the buffer would not take, the send work writes it, with blocking
+//! sends. One sender at a time owns the socket's sending side (`Inner::sending`), so frames
+//! never interleave. The receive work runs
+//! when the socket says data is there and reads without blocking, resuming a frame where it
+//! stopped. Sending and receiving run independently, so a send blocked on a full socket never
+//! keeps responses unread (the target answers one request at a time and would wait for us).
 //!
 //! Responses are matched by request id as on RDMA; on TCP any mismatch resets the connection
 //! (a stray response cannot be skipped without trusting its length), and so does any other
@@ -20,9 +25,9 @@ use core::{
     sync::atomic::{AtomicBool, Ordering},
 };
 use kernel::{
-    bindings as kb, new_mutex, new_spinlock, new_work,
+    bindings as kb, new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
-    sync::{Arc, Mutex, SpinLock},
+    sync::{Arc, CondVar, Mutex, SpinLock},
     workqueue::{impl_has_work, Work, WorkItem},
 };
 
@@ -61,9 +66,9 @@ struct Io {
 enum Slot {
     #[default]
     Free,
-    /// Waiting for the send work.
+    /// Waiting for a sender.
     Queued(Io),
-    /// The send work is writing it.
+    /// A sender is writing it.
     Sending,
     /// Sent; waiting for its response.
     Sent(Io),
@@ -71,7 +76,7 @@ enum Slot {
     Receiving,
 }
 
-/// Tags waiting for the send work, oldest first.
+/// Tags waiting for a sender, oldest first.
 struct Ring {
     tags: [u16; QUEUE_DEPTH as usize],
     head: usize,
@@ -111,6 +116,17 @@ struct Inner {
     /// that stopped granting: nothing would ever complete to bring one back).
     starved_ms: Option<i64>,
     pending: Ring,
+    /// Someone (the send work, or a `queue_rq` sending inline) owns the sending side. It
+    /// sends until `pending` is empty before it lets go, so a request queued meanwhile needs
+    /// no other kick.
+    sending: bool,
+    /// The receive work stopped at a response whose request is still being sent; the sender
+    /// wakes it once it marks the request sent. Set and cleared under this lock, with the
+    /// slot's state, so the wake-up cannot be missed.
+    rx_parked: bool,
+    /// A frame an inline sender began and the send buffer had no room for the rest of: its
+    /// slot (back in `Queued`) and how many bytes went. Sent on before anything else.
+    partial: Option<(u16, usize)>,
 }
 
 /// Where the receive work is within the byte stream.
@@ -143,6 +159,9 @@ pub(crate) struct TcpQueue {
     failed: AtomicBool,
     #[pin]
     inner: SpinLock<Inner>,
+    /// Signalled when a sender lets go of a failed connection (`shutdown` waits for that).
+    #[pin]
+    sender_gone: CondVar,
     /// The receive work's position; only it (and `shutdown`, after flushing it) looks.
     #[pin]
     rx: Mutex<Rx>,
@@ -161,7 +180,15 @@ impl WorkItem<1> for TcpQueue {
     type Pointer = Arc<TcpQueue>;
 
     fn run(this: Arc<TcpQueue>) {
-        this.send_pending();
+        {
+            let mut g = this.inner.lock();
+            if g.sending {
+                // The owner drains `pending` before it lets go.
+                return;
+            }
+            g.sending = true;
+        }
+        this.send_pending(false);
     }
 }
 
@@ -202,6 +229,16 @@ enum Head {
 /// Whether the request `id` names is in its slot's `Sending` state.
 fn g_is_sending(g: &Inner, id: ReqId) -> bool {
     matches!(g.slots.get(usize::from(id.slot)), Some(Slot::Sending))
+}
+
+/// The bytes of the frame that carries `req`: header, request, and a write's data.
+fn frame_len(req: &Request) -> usize {
+    let data = if req.opcode == Opcode::Write {
+        req.length as usize
+    } else {
+        0
+    };
+    FRAME_HEADER_LEN + REQUEST_LEN + data
 }
 
 /// Frame header + message, as one buffer.
@@ -252,7 +289,11 @@ impl TcpQueue {
                     last_rx_ms: now_ms(),
                     starved_ms: None,
                     pending: Ring { tags: [0; QUEUE_DEPTH as usize], head: 0, len: 0 },
+                    sending: false,
+                    rx_parked: false,
+                    partial: None,
                 }, "rdmadisk::tcp_queue"),
+                sender_gone <- new_condvar!("rdmadisk::tcp_queue::sender_gone"),
                 rx <- new_mutex!(Rx::head(), "rdmadisk::tcp_queue::rx"),
                 tx_work <- new_work!("rdmadisk::tcp_queue::tx"),
                 rx_work <- new_work!("rdmadisk::tcp_queue::rx"),
@@ -323,7 +364,7 @@ impl TcpQueue {
             proof: auth::proof(secret.as_bytes(), &reply.challenge, &self.hello_msg()),
         };
         let out: [u8; FRAME_HEADER_LEN + REQUEST_LEN] = frame(FrameKind::Request, &a.to_bytes(), 0);
-        sock.send(&out, false)?;
+        sock.send(&out, false, false)?;
         let mut buf = [0u8; FRAME_HEADER_LEN + RESPONSE_LEN];
         let n = sock.recv(&mut buf, true)?;
         let resp = match (n, FrameHeader::decode(&buf)) {
@@ -359,7 +400,7 @@ impl TcpQueue {
         let d = self.host.info();
         let hello = self.hello_msg();
         let out: [u8; FRAME_HEADER_LEN + HELLO_LEN] = frame(FrameKind::Hello, &hello.to_bytes(), 0);
-        sock.send(&out, false)?;
+        sock.send(&out, false, false)?;
         let mut buf = [0u8; FRAME_HEADER_LEN + HELLO_REPLY_LEN];
         let n = sock.recv(&mut buf, true)?;
         let parsed = match (n, FrameHeader::decode(&buf)) {
@@ -439,6 +480,7 @@ impl TcpQueue {
         }
         req.tag = id.tag();
         io::inject_write_crc(info, &rq, &mut req);
+        let len = frame_len(&req);
         g.slots[usize::from(slot)] = Slot::Queued(Io { rq, req });
         g.credits.try_consume();
         let hw = u64::from(g.credits.high_water());
@@ -446,81 +488,162 @@ impl TcpQueue {
             .max_outstanding
             .fetch_max(hw, core::sync::atomic::Ordering::Relaxed);
         // Queued under the lock, so that `shutdown` (which marks the queue failed under it,
-        // then flushes the work) cannot miss it.
-        let _ = info.io_wq.queue().enqueue::<_, 1>(self.clone());
+        // then waits for the sender and flushes the work) cannot miss it.
+        if g.sending {
+            return Ok(());
+        }
+        let room = g.sock.as_ref().map_or(0, |s| s.send_room());
+        if g.pending.len == 1 && g.partial.is_none() && len <= room {
+            // Nothing ahead of it and no wait for room: send it from here.
+            g.sending = true;
+            drop(guard);
+            self.send_pending(true);
+        } else {
+            let _ = info.io_wq.queue().enqueue::<_, 1>(self.clone());
+        }
         Ok(())
     }
 
-    /// The send work: writes queued requests until none is left or the connection fails.
-    fn send_pending(self: &Arc<Self>) {
+    /// Writes queued requests until none is left or the connection fails. The caller owns
+    /// the sending side (`Inner::sending`); this lets go of it. `inline` (in `queue_rq`):
+    /// writes one frame only, and only what the send buffer takes at once, leaving the rest
+    /// and any other request to the send work. The submitting task then never waits for the
+    /// network, nor sends for others.
+    fn send_pending(self: &Arc<Self>, inline: bool) {
         loop {
-            let (sock, slot, io) = {
+            let (sock, slot, io, from) = {
                 let mut guard = self.inner.lock();
                 let g = &mut *guard;
                 let Some(sock) = g.sock.clone().filter(|_| !self.is_failed()) else {
+                    self.release_sender(g);
                     return;
                 };
-                let Some(slot) = g.pending.pop() else {
+                // A frame begun and not finished goes first: frames must not interleave.
+                let next = g.partial.take().or_else(|| g.pending.pop().map(|t| (t, 0)));
+                let Some((slot, from)) = next else {
+                    self.release_sender(g);
                     return;
                 };
                 let Some(s) = g.slots.get_mut(usize::from(slot)) else {
-                    return;
+                    continue;
                 };
                 match mem::replace(s, Slot::Sending) {
-                    Slot::Queued(io) => (sock, slot, io),
+                    Slot::Queued(io) => (sock, slot, io, from),
                     other => {
                         *s = other;
                         continue;
                     }
                 }
             };
-            let res = if self.host.info().faults.hit(Fault::FailTcpSend) {
+            let faults = &self.host.info().faults;
+            let len = frame_len(&io.req);
+            // The fault stops an inline send halfway, as a full send buffer would.
+            let upto = if inline && faults.hit(Fault::ShortTcpSend) {
+                from + (len - from) / 2
+            } else {
+                len
+            };
+            let res = if faults.hit(Fault::FailTcpSend) {
                 Err(EPIPE)
             } else {
-                self.send_one(&sock, &io)
+                self.send_frame(&sock, &io, from, upto, inline)
             };
-            let mut g = self.inner.lock();
-            if let Some(s) = g.slots.get_mut(usize::from(slot)) {
-                *s = Slot::Sent(io);
-            }
-            // Its response may have arrived while it was being sent (see `on_head`).
-            kick_rx(self);
-            if let Err(e) = res {
-                if !self.is_failed() {
-                    pr_err!(
-                        "{}: queue {}: sending slot {slot} failed: {e:?}\n",
-                        self.name(),
-                        self.id.qid
-                    );
+            // Before letting go of the sending side: `shutdown` releases the socket once
+            // nobody sends, and must hold the last reference then.
+            drop(sock);
+            let mut guard = self.inner.lock();
+            let g = &mut *guard;
+            match res {
+                Ok(sent) if from + sent < len => {
+                    // The send buffer is full: the send work writes the rest.
+                    g.slots[usize::from(slot)] = Slot::Queued(io);
+                    g.partial = Some((slot, from + sent));
+                    self.release_sender(g);
+                    let _ = self.host.info().io_wq.queue().enqueue::<_, 1>(self.clone());
+                    return;
                 }
-                self.fail_locked(&mut g, "a send failed");
+                res => {
+                    g.slots[usize::from(slot)] = Slot::Sent(io);
+                    // Its response may have arrived while it was being sent (see `on_head`).
+                    if mem::take(&mut g.rx_parked) {
+                        kick_rx(self);
+                    }
+                    if let Err(e) = res {
+                        if !self.is_failed() {
+                            pr_err!(
+                                "{}: queue {}: sending slot {slot} failed: {e:?}\n",
+                                self.name(),
+                                self.id.qid
+                            );
+                        }
+                        self.fail_locked(g, "a send failed");
+                        self.release_sender(g);
+                        return;
+                    }
+                }
+            }
+            if inline {
+                self.release_sender(g);
+                if g.pending.len > 0 {
+                    let _ = self.host.info().io_wq.queue().enqueue::<_, 1>(self.clone());
+                }
                 return;
             }
         }
     }
 
-    fn send_one(&self, sock: &Socket, io: &Io) -> Result {
-        let data_len = if io.req.opcode == Opcode::Write {
-            io.req.length
-        } else {
-            0
-        };
-        let head: [u8; FRAME_HEADER_LEN + REQUEST_LEN] =
-            frame(FrameKind::Request, &io.req.to_bytes(), data_len);
-        sock.send(&head, data_len > 0)?;
-        if data_len == 0 {
-            return Ok(());
+    /// Lets go of the sending side; wakes `shutdown` if it waits for that.
+    fn release_sender(&self, g: &mut Inner) {
+        g.sending = false;
+        if self.is_failed() {
+            self.sender_gone.notify_all();
         }
-        let mut left = data_len as usize;
+    }
+
+    /// Writes bytes `from..upto` of `io`'s frame; returns how many went: all of them unless
+    /// `nowait`.
+    fn send_frame(
+        &self,
+        sock: &Socket,
+        io: &Io,
+        from: usize,
+        upto: usize,
+        nowait: bool,
+    ) -> Result<usize> {
+        let len = frame_len(&io.req);
+        let head: [u8; FRAME_HEADER_LEN + REQUEST_LEN] = frame(
+            FrameKind::Request,
+            &io.req.to_bytes(),
+            (len - FRAME_HEADER_LEN - REQUEST_LEN) as u32,
+        );
+        let end = upto.min(len);
+        // `pos`: how far the frame is out; `at`: the frame offset of the part at hand.
+        let mut pos = from;
+        if pos < head.len() {
+            let stop = end.min(head.len());
+            pos += sock.send(&head[pos..stop], stop < len, nowait)?;
+            if pos < head.len() {
+                return Ok(pos - from);
+            }
+        }
+        let mut at = head.len();
         let mut res = Ok(());
         io.rq.for_each_data_page(|page| {
-            if res.is_ok() && left > 0 {
-                let page = page.prefix(left);
-                left -= page.len();
-                res = sock.send_page(&page, left > 0);
+            if res.is_err() || pos < at || at >= end {
+                // Failed, stopped short, or past the part to send.
+                return;
             }
+            let page = page.prefix(end - at);
+            let next = at + page.len();
+            if pos < next {
+                match sock.send_page(&page, pos - at, next < len, nowait) {
+                    Ok(n) => pos += n,
+                    Err(e) => res = Err(e),
+                }
+            }
+            at = next;
         });
-        res
+        res.map(|()| pos - from)
     }
 
     /// The receive work: reads whatever the socket has, completing requests as their
@@ -574,7 +697,7 @@ impl TcpQueue {
                     Ok(Head::Done) => {}
                     Ok(Head::Data(data)) => *rx = data,
                     Ok(Head::NotYet) => {
-                        // The send work wakes us once the request is marked sent.
+                        // The sender wakes us once the request is marked sent.
                         *rx = Rx::Head { buf, got };
                         return;
                     }
@@ -601,10 +724,14 @@ impl TcpQueue {
         let resp =
             Response::decode(&buf[FRAME_HEADER_LEN..]).map_err(|_| "undecodable response")?;
         let id = ReqId::from_tag(resp.tag);
-        // The target may answer before the send work has marked the request sent (it runs
+        // The target may answer before the sender has marked the request sent (it runs
         // apart from this work): leave the response for then.
-        if g_is_sending(&self.inner.lock(), id) {
-            return Ok(Head::NotYet);
+        {
+            let mut g = self.inner.lock();
+            if g_is_sending(&g, id) {
+                g.rx_parked = true;
+                return Ok(Head::NotYet);
+            }
         }
         Stats::inc(&self.stats().responses);
         let faults = &self.host.info().faults;
@@ -748,6 +875,15 @@ impl TcpQueue {
         if let Some(s) = &sock {
             // Wakes a send blocked on a full socket.
             s.shutdown();
+        }
+        // A `queue_rq` sending inline is no work item to flush: wait for it to put its
+        // request back and drop its socket reference. It does not sleep in the send
+        // (`MSG_DONTWAIT`); the send work's blocking send was just cut short.
+        {
+            let mut g = self.inner.lock();
+            while g.sending {
+                self.sender_gone.wait(&mut g);
+            }
         }
         work::flush(&self.tx_work);
         work::flush(&self.rx_work);

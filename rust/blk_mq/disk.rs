@@ -139,6 +139,9 @@ pub(crate) struct DiskConfig {
     pub(crate) limits: Limits,
     /// NUMA node for the tag set's memory, or `NUMA_NO_NODE`.
     pub(crate) numa_node: i32,
+    /// `BLK_MQ_F_BLOCKING`: [`Driver::queue_rq`] runs under the tag set's SRCU instead of the
+    /// RCU read lock, and may sleep.
+    pub(crate) blocking: bool,
 }
 
 /// `struct block_device_operations` holding raw pointers, shareable because it is immutable.
@@ -216,6 +219,9 @@ impl<D: Driver> TagSet<D> {
             1
         };
         set.flags = b::RDMADISK_BLK_MQ_F_SHOULD_MERGE;
+        if cfg.blocking {
+            set.flags |= b::RDMADISK_BLK_MQ_F_BLOCKING;
+        }
         if cfg.timeout_ms != 0 {
             // SAFETY: A pure conversion.
             let j = unsafe { b::rdmadisk_msecs_to_jiffies(cfg.timeout_ms) };

@@ -40,13 +40,15 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// fails it with that status. `Err` with [`BlkStatus::Ok`] is a bug and fails it with
     /// `BLK_STS_IOERR`.
     ///
-    /// Runs under the RCU read lock (the tag set is not `BLK_MQ_F_BLOCKING`) and often with
+    /// Without [`DiskConfig::blocking`] it runs under the RCU read lock and often with
     /// preemption disabled: it must not sleep (no mutexes, no `GFP_KERNEL` allocation, no
-    /// waiting for a transport), and should return quickly. `last` is false when more requests
+    /// waiting for a transport). With it, it runs in process context under the tag set's SRCU
+    /// and may sleep briefly. Either way it should return quickly. `last` is false when more requests
     /// follow at once; the driver may then defer a doorbell until [`Driver::commit_rqs`] or a
     /// call with `last == true`.
     ///
     /// [`Disk::run_queues`]: super::Disk::run_queues
+    /// [`DiskConfig::blocking`]: super::DiskConfig::blocking
     fn queue_rq(
         &self,
         hctx: &HwQueue<'_>,

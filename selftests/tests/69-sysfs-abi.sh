@@ -42,7 +42,7 @@ expand = {
     "<N>": "<N>",
     "<transport>": "(?:rdma|tcp)",
     "<op>": "(?:read|write|flush|discard|write_zeroes)",
-    "<fault>": "(?:drop_response|delay_response|corrupt_read|corrupt_write_crc|fail_mr_reg|qp_error|fail_tcp_send|fail_connect)",
+    "<fault>": "(?:drop_response|delay_response|corrupt_read|corrupt_write_crc|fail_mr_reg|qp_error|fail_tcp_send|short_tcp_send|fail_connect)",
 }
 entries = []
 for f in sorted(glob.glob(os.path.join(abi, "*rdmadisk"))):

@@ -1,7 +1,7 @@
 # The module's own fault injection (/sys/kernel/debug/rdmadisk/rdmadiskN/), one fault at a
 # time, each under a short verified fio run: corrupted read data and write CRCs, failed MR
 # registrations, delayed and dropped responses, QP errors, failed connects (RDMA), then failed
-# sends and dropped responses on TCP.
+# and cut-short sends and dropped responses on TCP.
 #
 # Acceptance, for every fault: it fired (its _hits counter rose), the client counted what it
 # caused (CRC errors and retries, timeouts, reconnects, connect failures), and fio finished
@@ -63,6 +63,8 @@ fault fail_connect "fail_connect_every=2 qp_error_every=80" connect_failures rec
 tr_set "$dev" transport=tcp && tr_wait tcp "$dev" 120 tcp
 res $? "transport=tcp: on TCP ($TR_WAIT)"
 fault fail_tcp_send "fail_tcp_send_every=40" reconnects tcp_ios
+# Frames cut short in queue_rq and finished by the send work: nothing lost or interleaved.
+fault short_tcp_send "short_tcp_send_every=3" tcp_ios
 fault drop_response "drop_response_every=60" timeouts reconnects
 
 dk_csnap "$dev"
