@@ -73,6 +73,7 @@ void rdmadisk_bio_advance_iter_single(const struct bio *bio, struct bvec_iter *i
 void *rdmadisk_bvec_kmap_local(struct bio_vec *bv);
 /* Whether TCP may take references to these page bytes instead of copying them (rust/socket.rs). */
 bool rdmadisk_sendpages_ok(struct page *page, size_t len, size_t offset);
+unsigned int rdmadisk_raw_smp_processor_id(void);
 /* Room left in a socket's send buffer, in bytes (rust/socket.rs). */
 int rdmadisk_sk_stream_wspace(const struct sock *sk);
 void rdmadisk_kunmap_local(const void *addr);

@@ -6,6 +6,7 @@
 #include <linux/highmem.h>
 #include <linux/jiffies.h>
 #include <linux/sched/mm.h>
+#include <linux/smp.h>
 #include <linux/spinlock.h>
 #include <net/sock.h>
 #include <rdma/ib_verbs.h>
@@ -140,6 +141,11 @@ void *rdmadisk_bvec_kmap_local(struct bio_vec *bv)
 bool rdmadisk_sendpages_ok(struct page *page, size_t len, size_t offset)
 {
 	return sendpages_ok(page, len, offset);
+}
+
+unsigned int rdmadisk_raw_smp_processor_id(void)
+{
+	return raw_smp_processor_id();
 }
 
 int rdmadisk_sk_stream_wspace(const struct sock *sk)

@@ -4,7 +4,11 @@
 //! the module's own that may run during memory reclaim, and the `memalloc_noio` scope.
 
 use core::ptr::NonNull;
-use kernel::{prelude::*, str::CStr, workqueue::Queue, workqueue::Work};
+use kernel::{
+    prelude::*,
+    str::CStr,
+    workqueue::{Queue, RawWorkItem, Work},
+};
 
 use super::bindings as b;
 
@@ -16,6 +20,15 @@ pub(crate) fn flush<T: ?Sized, const ID: u64>(work: &Work<T, ID>) {
     // `raw_get` only computes the address of its `work_struct`. Flushing has no other
     // requirement than not being called from the item itself, which the caller ensures.
     unsafe { b::flush_work(Work::raw_get(work).cast()) };
+}
+
+/// For [`ReclaimQueue::enqueue_on`]: no CPU in particular (`WORK_CPU_UNBOUND`).
+pub(crate) const ANY_CPU: u32 = kernel::bindings::wq_misc_consts_WORK_CPU_UNBOUND;
+
+/// The CPU the caller runs on now (`raw_smp_processor_id`): a hint, as the caller may move.
+pub(crate) fn this_cpu() -> u32 {
+    // SAFETY: Reads a per-CPU word; no preconditions.
+    unsafe { b::rdmadisk_raw_smp_processor_id() }
 }
 
 /// A workqueue of the module's own with `WQ_MEM_RECLAIM`: it keeps a rescuer thread, so the
@@ -39,9 +52,9 @@ impl ReclaimQueue {
     }
 
     /// Allocates a per-CPU `WQ_MEM_RECLAIM | WQ_HIGHPRI` queue named `name`, for the I/O path's
-    /// short work (as nvme-tcp's `nvme_tcp_wq`): a work item runs on the CPU that queued it (the
-    /// one that took the socket's softirq, or that ran `queue_rq`), ahead of normal tasks,
-    /// instead of waiting for a worker of the unbound pool on another CPU.
+    /// short work (as nvme-tcp's `nvme_tcp_wq`): a work item runs on the CPU that queued it, or
+    /// the one it is queued on ([`Self::enqueue_on`]), ahead of normal tasks, instead of
+    /// waiting for a worker of the unbound pool on another CPU.
     pub(crate) fn new_io(name: &'static CStr) -> Result<Self> {
         Self::alloc(name, b::wq_flags_WQ_MEM_RECLAIM | b::wq_flags_WQ_HIGHPRI)
     }
@@ -52,6 +65,25 @@ impl ReclaimQueue {
         let raw =
             unsafe { b::alloc_workqueue(c"%s".as_ptr().cast(), flags, 0, name.as_char_ptr()) };
         NonNull::new(raw).map(|ptr| Self { ptr }).ok_or(ENOMEM)
+    }
+
+    /// Queues `w` to run on CPU `cpu` (`queue_work_on`), or, with [`ANY_CPU`], on the current
+    /// one, as [`Queue::enqueue`] does. Should `cpu` go offline, the workqueue runs the item
+    /// on another CPU. Any context.
+    pub(crate) fn enqueue_on<W, const ID: u64>(&self, cpu: u32, w: W) -> W::EnqueueOutput
+    where
+        W: RawWorkItem<ID> + Send + 'static,
+    {
+        let queue = self
+            .ptr
+            .as_ptr()
+            .cast::<kernel::bindings::workqueue_struct>();
+        let cpu = i32::try_from(cpu).unwrap_or(ANY_CPU as i32);
+        // SAFETY: As in `Queue::enqueue`, which differs only in the CPU: `__enqueue` hands the
+        // closure a pointer valid for the call, and keeps it valid until the item runs if
+        // `queue_work_on` returns true; it returns false only when the item is already queued.
+        // The queue is live while `self` is.
+        unsafe { w.__enqueue(move |work| kernel::bindings::queue_work_on(cpu, queue, work)) }
     }
 
     /// The queue, to enqueue work items on.

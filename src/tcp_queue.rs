@@ -22,7 +22,7 @@
 
 use core::{
     mem,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
 };
 use kernel::{
     bindings as kb, new_condvar, new_mutex, new_spinlock, new_work,
@@ -157,6 +157,10 @@ pub(crate) struct TcpQueue {
     /// Set on the first error: no new requests; the disk is resetting the connection. Read
     /// without the lock (the disk checks it under its own).
     failed: AtomicBool,
+    /// The CPU of the last submission, where the receive work runs: the request then ends,
+    /// and its submitter wakes, on the submitter's CPU, with no cross-CPU wake-up (nvme-tcp
+    /// keeps its `io_cpu` for the same reason).
+    rx_cpu: AtomicU32,
     #[pin]
     inner: SpinLock<Inner>,
     /// Signalled when a sender lets go of a failed connection (`shutdown` waits for that).
@@ -213,7 +217,8 @@ impl SockEvents for TcpQueue {
 
 /// Queues the receive work. Any context.
 fn kick_rx(q: &Arc<TcpQueue>) {
-    let _ = q.host.info().io_wq.queue().enqueue::<_, 2>(q.clone());
+    let cpu = q.rx_cpu.load(Ordering::Relaxed);
+    let _ = q.host.info().io_wq.enqueue_on::<_, 2>(cpu, q.clone());
 }
 
 /// What a whole frame header and response lead to.
@@ -281,6 +286,7 @@ impl TcpQueue {
                 host: host.clone(),
                 id,
                 failed: AtomicBool::new(false),
+                rx_cpu: AtomicU32::new(work::ANY_CPU),
                 inner <- new_spinlock!(Inner {
                     sock: None,
                     credits: CreditSender::new(0),
@@ -455,6 +461,7 @@ impl TcpQueue {
             req.buf.len = req.length;
         }
         let slot = rq.tag() as u16;
+        self.rx_cpu.store(work::this_cpu(), Ordering::Relaxed);
         let mut guard = self.inner.lock();
         let g = &mut *guard;
         if self.is_failed() || g.sock.is_none() {
