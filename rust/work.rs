@@ -69,7 +69,8 @@ impl ReclaimQueue {
 
     /// Queues `w` to run on CPU `cpu` (`queue_work_on`), or, with [`ANY_CPU`], on the current
     /// one, as [`Queue::enqueue`] does. Should `cpu` go offline, the workqueue runs the item
-    /// on another CPU. Any context.
+    /// on another CPU. Meant for per-CPU queues ([`Self::new_io`]); on an unbound one the CPU
+    /// is only a hint. Any context.
     pub(crate) fn enqueue_on<W, const ID: u64>(&self, cpu: u32, w: W) -> W::EnqueueOutput
     where
         W: RawWorkItem<ID> + Send + 'static,

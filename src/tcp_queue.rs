@@ -116,9 +116,10 @@ struct Inner {
     /// that stopped granting: nothing would ever complete to bring one back).
     starved_ms: Option<i64>,
     pending: Ring,
-    /// Someone (the send work, or a `queue_rq` sending inline) owns the sending side. It
-    /// sends until `pending` is empty before it lets go, so a request queued meanwhile needs
-    /// no other kick.
+    /// Someone (the send work, or a `queue_rq` sending inline) owns the sending side. Before
+    /// it lets go it sends until `pending` is empty (the work) or queues the send work if
+    /// anything is left (an inline sender), so a request queued meanwhile needs no other
+    /// kick.
     sending: bool,
     /// The receive work stopped at a response whose request is still being sent; the sender
     /// wakes it once it marks the request sent. Set and cleared under this lock, with the
@@ -187,7 +188,7 @@ impl WorkItem<1> for TcpQueue {
         {
             let mut g = this.inner.lock();
             if g.sending {
-                // The owner drains `pending` before it lets go.
+                // The owner sends or hands on what is pending before it lets go.
                 return;
             }
             g.sending = true;
@@ -461,7 +462,10 @@ impl TcpQueue {
             req.buf.len = req.length;
         }
         let slot = rq.tag() as u16;
-        self.rx_cpu.store(work::this_cpu(), Ordering::Relaxed);
+        let cpu = work::this_cpu();
+        if self.rx_cpu.load(Ordering::Relaxed) != cpu {
+            self.rx_cpu.store(cpu, Ordering::Relaxed);
+        }
         let mut guard = self.inner.lock();
         let g = &mut *guard;
         if self.is_failed() || g.sock.is_none() {
@@ -531,15 +535,25 @@ impl TcpQueue {
                     self.release_sender(g);
                     return;
                 };
-                let Some(s) = g.slots.get_mut(usize::from(slot)) else {
-                    continue;
+                let io = match g.slots.get_mut(usize::from(slot)) {
+                    Some(s) => match mem::replace(s, Slot::Sending) {
+                        Slot::Queued(io) => Some(io),
+                        other => {
+                            *s = other;
+                            None
+                        }
+                    },
+                    None => None,
                 };
-                match mem::replace(s, Slot::Sending) {
-                    Slot::Queued(io) => (sock, slot, io, from),
-                    other => {
-                        *s = other;
-                        continue;
+                match io {
+                    Some(io) => (sock, slot, io, from),
+                    // Nothing else may start after half a frame: the stream is lost.
+                    None if from > 0 => {
+                        self.fail_locked(g, "a frame begun could not be finished");
+                        self.release_sender(g);
+                        return;
                     }
+                    None => continue,
                 }
             };
             let faults = &self.host.info().faults;
@@ -560,6 +574,12 @@ impl TcpQueue {
             drop(sock);
             let mut guard = self.inner.lock();
             let g = &mut *guard;
+            // A blocking send writes all of the frame or fails: a short one means the request's
+            // pages hold less than its length.
+            let res = match res {
+                Ok(sent) if !inline && from + sent < len => Err(EIO),
+                res => res,
+            };
             match res {
                 Ok(sent) if from + sent < len => {
                     // The send buffer is full: the send work writes the rest.
