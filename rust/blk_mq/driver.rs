@@ -43,9 +43,9 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// Without [`DiskConfig::blocking`] it runs under the RCU read lock and often with
     /// preemption disabled: it must not sleep (no mutexes, no `GFP_KERNEL` allocation, no
     /// waiting for a transport). With it, it runs in process context under the tag set's SRCU
-    /// and may sleep briefly. Either way it should return quickly. `last` is false when more requests
-    /// follow at once; the driver may then defer a doorbell until [`Driver::commit_rqs`] or a
-    /// call with `last == true`.
+    /// and may sleep briefly. Either way it should return quickly. `last` is false when more
+    /// requests follow at once; the driver may then defer a doorbell until
+    /// [`Driver::commit_rqs`] or a call with `last == true`.
     ///
     /// [`Disk::run_queues`]: super::Disk::run_queues
     /// [`DiskConfig::blocking`]: super::DiskConfig::blocking
