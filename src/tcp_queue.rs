@@ -11,10 +11,10 @@
 //! `BLK_MQ_F_BLOCKING`): that saves waking a worker for every request. Otherwise, and for
 //! whatever of the frame the buffer would not take, the send work writes it, with blocking
 //! sends. One sender at a time owns the socket's sending side (`Inner::sending`), so frames
-//! never interleave. The receive work runs
-//! when the socket says data is there and reads without blocking, resuming a frame where it
-//! stopped. Sending and receiving run independently, so a send blocked on a full socket never
-//! keeps responses unread (the target answers one request at a time and would wait for us).
+//! never interleave. The receive work runs when the socket says data is there and reads
+//! without blocking, resuming a frame where it stopped. Sending and receiving run
+//! independently, so a send blocked on a full socket never keeps responses unread (the target
+//! answers one request at a time and would wait for us).
 //!
 //! Responses are matched by request id as on RDMA; on TCP any mismatch resets the connection
 //! (a stray response cannot be skipped without trusting its length), and so does any other
@@ -214,6 +214,11 @@ impl SockEvents for TcpQueue {
         // A closed or reset connection reads as an end of stream or an error.
         kick_rx(this);
     }
+}
+
+/// Queues the send work. Any context.
+fn kick_tx(q: &Arc<TcpQueue>) {
+    let _ = q.host.info().io_wq.queue().enqueue::<_, 1>(q.clone());
 }
 
 /// Queues the receive work. Any context.
@@ -510,7 +515,7 @@ impl TcpQueue {
             drop(guard);
             self.send_pending(true);
         } else {
-            let _ = info.io_wq.queue().enqueue::<_, 1>(self.clone());
+            kick_tx(self);
         }
         Ok(())
     }
@@ -586,7 +591,7 @@ impl TcpQueue {
                     g.slots[usize::from(slot)] = Slot::Queued(io);
                     g.partial = Some((slot, from + sent));
                     self.release_sender(g);
-                    let _ = self.host.info().io_wq.queue().enqueue::<_, 1>(self.clone());
+                    kick_tx(self);
                     return;
                 }
                 res => {
@@ -612,7 +617,7 @@ impl TcpQueue {
             if inline {
                 self.release_sender(g);
                 if g.pending.len > 0 {
-                    let _ = self.host.info().io_wq.queue().enqueue::<_, 1>(self.clone());
+                    kick_tx(self);
                 }
                 return;
             }
