@@ -76,30 +76,46 @@ t_nodata=$(sum "$(tsum flushes discards write_zeroes nops)" "$t_inl")
 # must be equal.
 rq=$(cstat requeued); is_num "$rq" || rq=0
 [ "$rq" -gt 0 ] && echo "  a connection reset requeued $rq requests: the sides' counts are compared within $rq"
+# A reset counted as an RDMA failure may fail the disk over to TCP until a probe brings it
+# back. The target counts the requests served over TCP in its totals (reads, writes, bytes,
+# served) but in none of its RDMA counters: those may fall short of the totals by the
+# client's TCP requests (tcp_ios, tcp_bytes) too.
+tio=$(cstat tcp_ios); is_num "$tio" || tio=0
+tby=$(cstat tcp_bytes); is_num "$tby" || tby=0
+[ "$tio" -gt 0 ] && echo "  $tio requests ($tby bytes) went over TCP: the target's RDMA counters are compared within them"
 within() { # within CLIENT TARGET: CLIENT <= TARGET <= CLIENT + rq (bytes: rq MiB)
   local slack=$rq; [ "${3:-}" = bytes ] && slack=$((rq << 20))
   n_le "$1" "$2" && n_le "$2" $(($1 + slack))
 }
+rdma_of() { # rdma_of RDMA TOTAL: RDMA <= TOTAL <= RDMA + rq + TCP (bytes: rq MiB + TCP bytes)
+  local slack=$((rq + tio)); [ "${3:-}" = bytes ] && slack=$(((rq << 20) + tby))
+  n_le "$1" "$2" && n_le "$2" $(($1 + slack))
+}
 # A write taken off a reset connection may have been received and not yet pulled: the
-# target's writes may exceed its RDMA Reads by the requeued requests too.
-within "$(sum "$(tstat rdma_reads)" "$t_inl")" "$(tstat writes)" && n_le $((26 << 20)) "$(tstat bytes_written)" &&
-  within "$(tstat bytes_written)" "$(sum "$(tstat rdma_read_bytes)" "$inl_bytes")" bytes &&
+# target's writes may exceed its RDMA Reads by the requeued requests too. Pulled bytes may
+# exceed the written ones by the requeued requests (pulled, then flushed), and fall short of
+# them by the bytes written over TCP.
+pulled=$(sum "$(tstat rdma_read_bytes)" "$inl_bytes")
+bw=$(tstat bytes_written)
+rdma_of "$(sum "$(tstat rdma_reads)" "$t_inl")" "$(tstat writes)" && n_le $((26 << 20)) "$bw" &&
+  n_le "$(sub "$bw" "$tby")" "$pulled" && n_le "$pulled" "$(sum "$bw" $((rq << 20)))" &&
   n_le "$c_inl" "$(sum "$t_inl" "$rq")" && n_le "$t_inl" "$(sum "$c_inl" "$rq")"
 res $? "target: every write pulled by RDMA Read or inline, at least 26 MiB (writes=$(tstat writes) rdma_reads=$(tstat rdma_reads), $(tstat rdma_read_bytes) bytes; inline_writes=$t_inl, client's $(cstat inline_writes))"
 # A read taken off a reset connection may have been received and its RDMA Write flushed: the
 # target's reads may exceed its RDMA Writes by the requeued requests.
-within "$(tstat rdma_writes)" "$(tstat reads)" && within "$(tstat rdma_write_bytes)" "$(tstat bytes_read)" bytes
+rdma_of "$(tstat rdma_writes)" "$(tstat reads)" && rdma_of "$(tstat rdma_write_bytes)" "$(tstat bytes_read)" bytes
 res $? "target: every read pushed by RDMA Write (reads=$(tstat reads) rdma_writes=$(tstat rdma_writes), $(tstat rdma_write_bytes) bytes)"
 # A reset may leave requests the target counted unanswered (their responses flushed), inline
-# writes among them.
-n_le "$(tstat send_with_inv)" "$t_data" && n_le "$(sub "$t_data" "$rq")" "$(tstat send_with_inv)" &&
-  n_le "$(tstat plain_sends)" "$t_nodata" && n_le "$(sub "$t_nodata" "$rq")" "$(tstat plain_sends)"
+# writes among them; those served over TCP were answered there.
+n_le "$(tstat send_with_inv)" "$t_data" && n_le "$(sub "$t_data" $((rq + tio)))" "$(tstat send_with_inv)" &&
+  n_le "$(tstat plain_sends)" "$t_nodata" && n_le "$(sub "$t_nodata" $((rq + tio)))" "$(tstat plain_sends)"
 res $? "target: every data response but an inline write's a Send-with-Invalidate (send_with_inv=$(tstat send_with_inv) of reads+writes-inline $t_data), data-less ones and inline writes plain Sends (plain_sends=$(tstat plain_sends) of flush+discard+write_zeroes+nop+inline $t_nodata)"
 # Every posted response counts once in `served`, with its time in the target (README of the
-# userspace tools): means, for the record.
+# userspace tools): means, for the record. Over RDMA, a response is a Send.
 served=$(tstat served)
-n_eq "$served" "$(tsum send_with_inv plain_sends)" && n_gt "$(tstat service_us)" 0 && n_le "$(tstat backing_us)" "$(tstat service_us)"
-res $? "target: served=$served, every response posted (send_with_inv+plain_sends $(tsum send_with_inv plain_sends)); mean time in the target $(is_num "$served" && [ "$served" -gt 0 ] && echo $(($(tstat service_us) / served))) us; mean backing I/O $(is_num "$(tstat backing_ops)" && [ "$(tstat backing_ops)" -gt 0 ] && echo $(($(tstat backing_us) / $(tstat backing_ops)))) us"
+rdma_of "$(tsum send_with_inv plain_sends)" "$served" && n_le "$served" $(($(tsum send_with_inv plain_sends) + tio)) &&
+  n_gt "$(tstat service_us)" 0 && n_le "$(tstat backing_us)" "$(tstat service_us)"
+res $? "target: served=$served, every response posted (send_with_inv+plain_sends $(tsum send_with_inv plain_sends), and $tio over TCP); mean time in the target $(is_num "$served" && [ "$served" -gt 0 ] && echo $(($(tstat service_us) / served))) us; mean backing I/O $(is_num "$(tstat backing_ops)" && [ "$(tstat backing_ops)" -gt 0 ] && echo $(($(tstat backing_us) / $(tstat backing_ops)))) us"
 within "$(cstat reads)" "$(tstat reads)" && within "$(cstat writes)" "$(tstat writes)" &&
   within "$(cstat read_bytes)" "$(tstat bytes_read)" bytes && within "$(cstat write_bytes)" "$(tstat bytes_written)" bytes
 res $? "client and target agree: reads $(cstat reads)/$(tstat reads), writes $(cstat writes)/$(tstat writes), bytes read $(cstat read_bytes)/$(tstat bytes_read), written $(cstat write_bytes)/$(tstat bytes_written)"
@@ -107,8 +123,8 @@ n_le "$(cstat remote_invalidations)" "$(tstat send_with_inv)" && n_le $(($(tstat
   n_eq "$(cstat local_invalidations)" 0 && n_eq "$(cstat rkey_mismatches)" 0
 res $? "client: every data response invalidated the request's rkey remotely (remote_invalidations=$(cstat remote_invalidations), target send_with_inv $(tstat send_with_inv)), local_invalidations=$(cstat local_invalidations), rkey_mismatches=$(cstat rkey_mismatches)"
 # Keepalive NOPs may land between the two snapshots, so only a bound here.
-n_le $(($(tstat send_with_inv) - rq)) "$(cstat responses)" && n_le "$(cstat responses)" "$(tsum send_with_inv plain_sends)"
-res $? "client: responses=$(cstat responses) within [send_with_inv, send_with_inv+plain_sends] of the target"
+n_le $(($(tstat send_with_inv) - rq)) "$(cstat responses)" && n_le "$(cstat responses)" $(($(tsum send_with_inv plain_sends) + tio))
+res $? "client: responses=$(cstat responses) within [send_with_inv, send_with_inv+plain_sends+tcp_ios] of the target"
 bad=
 for k in crc_read_errors crc_write_errors crc_retries io_errors timeouts; do
   n_eq "$(cstat $k)" 0 || bad+=" $k=$(cstat $k)"

@@ -238,7 +238,9 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
 # A healthy link should see no connection reset. One kind is seen, rarely, under soft-RoCE in
 # TCG: the client's QP enters the error state with no error completion of its own, the first
 # sign being a flushed Send; the queue resets, requeues and reconnects in half a second, and
-# nothing is lost. dk_resets_ok NAME lets only that kind through: status 0 when the disk made
+# nothing is lost. The failover policy counts it as an RDMA failure, so a few in a row can
+# put the disk on TCP until its probes bring it back (tests that compare RDMA counters allow
+# for the client's tcp_ios). dk_resets_ok NAME lets only that kind through: status 0 when the disk made
 # no reconnect and requeued nothing, or when every reset the driver logged for NAME was that
 # one, no Send or Receive completed with an error of its own, and reconnects did not exceed
 # the resets logged. Uses DK_CS (dk_csnap first); sets DK_RESETS, a text for the TAP line.
@@ -250,7 +252,12 @@ dk_resets_ok() {
     END { print n + 0, f + 0, e + 0 }'")
   read -r resets flushed failed <<<"$counts"
   # soft-RoCE moves a QP to the error state when it cannot hand a packet to the network
-  # stack (a full qdisc, a device down), and reports that only in its send_err counter.
+  # stack (a full qdisc, a device down), and reports that only in its send_err counter. The
+  # resets recorded so far had send_err=0, and came while the target's RDMA Reads of the
+  # client's pages were being retransmitted (storage completer_retry_err, compute
+  # duplicate_request, printed below): likely a replayed Read that soft-RoCE checks against
+  # a key already invalidated, which errors the client's QP as the responder
+  # (src/rdma_conn.rs, ACK_TIMEOUT_EXP).
   send_err=$(on compute "rdma statistic show link rxe0/1 2>/dev/null" | sed -n 's/.* send_err \([0-9]*\).*/\1/p')
   DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?}, a flushed Send ${flushed:-?}, completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
   n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0 && return 0

@@ -372,8 +372,9 @@ fn setup(
             ..t.hello_reply(&a.export, a.challenge.as_ref())
         }
         .to_bytes();
-        // 4.3 s: well above the time a 1 MiB RDMA Read takes on a slow link, still bounded
-        // (7 retries) for a peer that is really gone.
+        // `ack_timeout_exp` (config.rs, DEFAULT_ACK_TIMEOUT_EXP says why 0.54 s): how long an
+        // RDMA Read or Write may make no progress before it is sent again; 7 retries of it
+        // bound a peer that is really gone.
         id.set_ack_timeout(t.limits.ack_timeout_exp)?;
         id.accept(&ConnParams {
             private_data: &reply,
