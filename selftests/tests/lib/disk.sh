@@ -255,9 +255,8 @@ dk_resets_ok() {
   # stack (a full qdisc, a device down), and reports that only in its send_err counter. The
   # resets recorded so far had send_err=0, and came while the target's RDMA Reads of the
   # client's pages were being retransmitted (storage completer_retry_err, compute
-  # duplicate_request, printed below): likely a replayed Read that soft-RoCE checks against
-  # a key already invalidated, which errors the client's QP as the responder
-  # (src/rdma_conn.rs, ACK_TIMEOUT_EXP).
+  # duplicate_request, printed below). That fits the race src/rdma_conn.rs describes at
+  # ACK_TIMEOUT_EXP (a replayed Read against a region being invalidated); it is not proven.
   send_err=$(on compute "rdma statistic show link rxe0/1 2>/dev/null" | sed -n 's/.* send_err \([0-9]*\).*/\1/p')
   DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?}, a flushed Send ${flushed:-?}, completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
   n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0 && return 0
