@@ -83,13 +83,12 @@ rq=$(cstat requeued); is_num "$rq" || rq=0
 tio=$(cstat tcp_ios); is_num "$tio" || tio=0
 tby=$(cstat tcp_bytes); is_num "$tby" || tby=0
 [ "$tio" -gt 0 ] && echo "  $tio requests ($tby bytes) went over TCP: the target's RDMA counters are compared within them"
-within() { # within CLIENT TARGET: CLIENT <= TARGET <= CLIENT + rq (bytes: rq MiB)
+within() { # within CLIENT TARGET [bytes] [MORE]: CLIENT <= TARGET <= CLIENT + rq (bytes: rq MiB) + MORE
   local slack=$rq; [ "${3:-}" = bytes ] && slack=$((rq << 20))
-  n_le "$1" "$2" && n_le "$2" $(($1 + slack))
+  n_le "$1" "$2" && n_le "$2" $(($1 + slack + ${4:-0}))
 }
-rdma_of() { # rdma_of RDMA TOTAL: RDMA <= TOTAL <= RDMA + rq + TCP (bytes: rq MiB + TCP bytes)
-  local slack=$((rq + tio)); [ "${3:-}" = bytes ] && slack=$(((rq << 20) + tby))
-  n_le "$1" "$2" && n_le "$2" $(($1 + slack))
+rdma_of() { # rdma_of RDMA TOTAL [bytes]: within, plus what went over TCP
+  if [ "${3:-}" = bytes ]; then within "$1" "$2" bytes "$tby"; else within "$1" "$2" "" "$tio"; fi
 }
 # A write taken off a reset connection may have been received and not yet pulled: the
 # target's writes may exceed its RDMA Reads by the requeued requests too. Pulled bytes may

@@ -36,7 +36,7 @@ res $? "no I/O error or timeout; target: no reset, RDMA error or refused request
 # A request sent without a credit meets no receive (rnr_retry 0): its Send fails with an RNR
 # error of its own, which dk_resets_ok never lets through.
 dk_resets_ok d62
-res $? "connection resets: none but a flushed Send's (RNR would be an error of its own): $DK_RESETS"
+res $? "connection resets: none but those begun by a flush (RNR would be an error of its own): $DK_RESETS"
 echo "  target: requests=$(tstat requests) reads=$(tstat reads) writes=$(tstat writes) credit_waits=$(tstat credit_waits) rdma_connections=$(tstat rdma_connections)"
 
 dk_unmap_rmmod 10 "$dev"

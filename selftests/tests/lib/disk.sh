@@ -237,18 +237,22 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
 
 # A healthy link should see no connection reset. One kind is seen, rarely, under soft-RoCE in
 # TCG: the client's QP enters the error state with no error completion of its own, the first
-# sign being a flushed Send; the queue resets, requeues and reconnects in half a second, and
-# nothing is lost. The failover policy counts it as an RDMA failure, so a few in a row can
-# put the disk on TCP until its probes bring it back (tests that compare RDMA counters allow
-# for the client's tcp_ios). dk_resets_ok NAME lets only that kind through: status 0 when the disk made
-# no reconnect and requeued nothing, or when every reset the driver logged for NAME was that
-# one, no Send or Receive completed with an error of its own, and reconnects did not exceed
-# the resets logged. Uses DK_CS (dk_csnap first); sets DK_RESETS, a text for the TAP line.
+# sign being a flushed work request (a Send, a REG_MR, a LOCAL_INV or a Receive: whichever
+# completes first); the queue resets, requeues and reconnects in half a second, and nothing
+# is lost. The failover policy counts it as an RDMA failure, so a few in a row can put the
+# disk on TCP until its probes bring it back (tests that compare RDMA counters allow for the
+# client's tcp_ios). The driver logs a completion's error status, and only then, on a line
+# of its own; a flush has none. dk_resets_ok NAME lets only that kind of reset through:
+# status 0 when the disk made no reconnect and requeued nothing, or when every reset the
+# driver logged for NAME began with a flush, no work request completed with an error of its
+# own, and reconnects did not exceed the resets logged. Uses DK_CS (dk_csnap first); sets
+# DK_RESETS, a text for the TAP line.
 dk_resets_ok() {
   local name=$1 counts resets flushed failed send_err
   counts=$(on compute "dmesg | awk '
-    /$name: queue [0-9]* \\(RDMA, set [0-9]*\\): .*resetting the connection/ { n++; if (/: a Send failed or was flushed; resetting/) f++ }
-    /$name: queue [0-9]*: (Send of slot [0-9]* failed|a Receive failed):/ { e++ }
+    /$name: queue [0-9]* \\(RDMA, set [0-9]*\\): .*resetting the connection/ {
+      n++; if (/: (a (Send|Receive) failed or was flushed|a (REG_MR|LOCAL_INV) failed); resetting/) f++ }
+    /$name: queue [0-9]*: (Send of slot [0-9]* failed:|a Receive failed:|(REG_MR|LOCAL_INV) of slot [0-9]* failed \\(status)/ { e++ }
     END { print n + 0, f + 0, e + 0 }'")
   read -r resets flushed failed <<<"$counts"
   # soft-RoCE moves a QP to the error state when it cannot hand a packet to the network
@@ -258,7 +262,7 @@ dk_resets_ok() {
   # duplicate_request, printed below). That fits the race src/rdma_conn.rs describes at
   # ACK_TIMEOUT_EXP (a replayed Read against a region being invalidated); it is not proven.
   send_err=$(on compute "rdma statistic show link rxe0/1 2>/dev/null" | sed -n 's/.* send_err \([0-9]*\).*/\1/p')
-  DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?}, a flushed Send ${flushed:-?}, completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
+  DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?}, begun by a flush ${flushed:-?}, completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
   n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0 && return 0
   # A reset happened: what each side logged around it, and every soft-RoCE counter that is
   # not 0 on each side, so the next one can be attributed.
