@@ -235,8 +235,8 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
   tr '\n' ' ' <<<"$2" | fold -s -w 110 | sed "s/^/  $1: /"; echo
 }
 
-# A healthy link should see no connection reset. One kind is seen under soft-RoCE in TCG (in 8
-# of 20 runs of test 60's 1 MiB fio, at most a few resets each): the client's QP enters the
+# A healthy link should see no connection reset. One kind is seen under soft-RoCE in TCG (in 9
+# of 21 runs of test 60's 1 MiB fio, at most a few resets each): the client's QP enters the
 # error state with no error completion of its own, the first sign being a flushed work request
 # (a Send, a REG_MR, a LOCAL_INV or a Receive: whichever completes first); the queue resets,
 # requeues and reconnects in half a second, and nothing is lost. The failover policy counts it
