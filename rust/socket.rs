@@ -69,6 +69,12 @@ fn check(ret: ffi::c_int) -> Result<usize> {
     }
 }
 
+/// The flags every send of [`TcpSocket::send`] and [`TcpSocket::send_page`] carries: no
+/// SIGPIPE, `MSG_MORE` when more follows at once, `MSG_DONTWAIT` when it must not wait.
+fn send_flags(more: bool, nowait: bool) -> u32 {
+    b::MSG_NOSIGNAL | if more { b::MSG_MORE } else { 0 } | if nowait { b::MSG_DONTWAIT } else { 0 }
+}
+
 impl<T: SockEvents> TcpSocket<T> {
     /// Connects to `addr:port`, waiting at most `timeout_ms`, which also becomes the send and
     /// receive timeout. May sleep.
@@ -186,9 +192,7 @@ impl<T: SockEvents> TcpSocket<T> {
             // SAFETY: An all-zero `msghdr` is the empty message `kernel_sendmsg` expects
             // (it sets up the iterator from `iov` itself).
             let mut msg: b::msghdr = unsafe { mem::zeroed() };
-            msg.msg_flags = (b::MSG_NOSIGNAL
-                | if more { b::MSG_MORE } else { 0 }
-                | if nowait { b::MSG_DONTWAIT } else { 0 }) as _;
+            msg.msg_flags = send_flags(more, nowait) as _;
             // SAFETY: `iov` describes `rest`, which is readable for the call; `msg` is valid.
             let n = match check(unsafe {
                 b::kernel_sendmsg(self.sock.as_ptr(), &mut msg, &mut iov, 1, rest.len())
@@ -227,10 +231,8 @@ impl<T: SockEvents> TcpSocket<T> {
             };
             // SAFETY: As in `send`; `msg_iter` is set up below.
             let mut msg: b::msghdr = unsafe { mem::zeroed() };
-            msg.msg_flags = (b::MSG_NOSIGNAL
-                | if more { b::MSG_MORE } else { 0 }
-                | if nowait { b::MSG_DONTWAIT } else { 0 }
-                | if splice { b::MSG_SPLICE_PAGES } else { 0 }) as _;
+            msg.msg_flags =
+                (send_flags(more, nowait) | if splice { b::MSG_SPLICE_PAGES } else { 0 }) as _;
             // SAFETY: `bv` is one live `bio_vec` of `bv_len` bytes within one page, which
             // outlives the call; the iterator only reads it (ITER_SOURCE).
             unsafe {
