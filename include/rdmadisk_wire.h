@@ -19,7 +19,7 @@
 #endif
 
 #define RDMADISK_MAGIC                           0x5244534BU
-#define RDMADISK_VERSION                         3
+#define RDMADISK_VERSION                         4
 #define RDMADISK_EXPORT_NAME_MAX                 32
 #define RDMADISK_SECTOR_SHIFT                    9
 #define RDMADISK_SECTOR_SIZE                     512
@@ -32,6 +32,7 @@
 #define RDMADISK_OP_DISCARD                      4
 #define RDMADISK_OP_WRITE_ZEROES                 5
 #define RDMADISK_OP_NOP                          6
+#define RDMADISK_OP_CLOSE                        7
 #define RDMADISK_OP_AUTH                         0x41
 
 /* Request flags (request.flags) */
@@ -75,6 +76,8 @@
 #define RDMADISK_FRAME_HELLO_REPLY               2
 #define RDMADISK_FRAME_REQUEST                   3
 #define RDMADISK_FRAME_RESPONSE                  4
+#define RDMADISK_FRAME_AUTH                      5
+#define RDMADISK_FRAME_AUTH_REPLY                6
 
 #define RDMADISK_HELLO_LEN                       56
 #define RDMADISK_HELLO_OFF_MAGIC                 0
@@ -112,7 +115,7 @@ _Static_assert(offsetof(struct rdmadisk_hello, session_id) == RDMADISK_HELLO_OFF
 _Static_assert(offsetof(struct rdmadisk_hello, epoch) == RDMADISK_HELLO_OFF_EPOCH, "rdmadisk_hello.epoch");
 _Static_assert(offsetof(struct rdmadisk_hello, export_name) == RDMADISK_HELLO_OFF_EXPORT_NAME, "rdmadisk_hello.export_name");
 
-#define RDMADISK_HELLO_REPLY_LEN                 64
+#define RDMADISK_HELLO_REPLY_LEN                 72
 #define RDMADISK_HELLO_REPLY_OFF_MAGIC           0
 #define RDMADISK_HELLO_REPLY_OFF_VERSION         4
 #define RDMADISK_HELLO_REPLY_OFF_STATUS          6
@@ -128,6 +131,8 @@ _Static_assert(offsetof(struct rdmadisk_hello, export_name) == RDMADISK_HELLO_OF
 #define RDMADISK_HELLO_REPLY_OFF_MAX_DISCARD_SECTORS 40
 #define RDMADISK_HELLO_REPLY_OFF_CHALLENGE       44
 #define RDMADISK_HELLO_REPLY_OFF_MAX_INLINE      60
+#define RDMADISK_HELLO_REPLY_OFF_SESSION_FLOOR   64
+#define RDMADISK_HELLO_REPLY_OFF_RESERVED1       68
 
 struct rdmadisk_hello_reply {
 	__le32 magic;
@@ -145,6 +150,8 @@ struct rdmadisk_hello_reply {
 	__le32 max_discard_sectors;
 	__u8 challenge[16];
 	__le32 max_inline;
+	__le32 session_floor;
+	__le32 reserved1;
 };
 _Static_assert(sizeof(struct rdmadisk_hello_reply) == RDMADISK_HELLO_REPLY_LEN, "rdmadisk_hello_reply size");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, magic) == RDMADISK_HELLO_REPLY_OFF_MAGIC, "rdmadisk_hello_reply.magic");
@@ -162,6 +169,8 @@ _Static_assert(offsetof(struct rdmadisk_hello_reply, features) == RDMADISK_HELLO
 _Static_assert(offsetof(struct rdmadisk_hello_reply, max_discard_sectors) == RDMADISK_HELLO_REPLY_OFF_MAX_DISCARD_SECTORS, "rdmadisk_hello_reply.max_discard_sectors");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, challenge) == RDMADISK_HELLO_REPLY_OFF_CHALLENGE, "rdmadisk_hello_reply.challenge");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, max_inline) == RDMADISK_HELLO_REPLY_OFF_MAX_INLINE, "rdmadisk_hello_reply.max_inline");
+_Static_assert(offsetof(struct rdmadisk_hello_reply, session_floor) == RDMADISK_HELLO_REPLY_OFF_SESSION_FLOOR, "rdmadisk_hello_reply.session_floor");
+_Static_assert(offsetof(struct rdmadisk_hello_reply, reserved1) == RDMADISK_HELLO_REPLY_OFF_RESERVED1, "rdmadisk_hello_reply.reserved1");
 
 #define RDMADISK_REQUEST_LEN                     48
 #define RDMADISK_REQUEST_OFF_OPCODE              0
@@ -202,19 +211,21 @@ _Static_assert(offsetof(struct rdmadisk_request, buf_rkey) == RDMADISK_REQUEST_O
 _Static_assert(offsetof(struct rdmadisk_request, buf_len) == RDMADISK_REQUEST_OFF_BUF_LEN, "rdmadisk_request.buf_len");
 _Static_assert(offsetof(struct rdmadisk_request, reserved) == RDMADISK_REQUEST_OFF_RESERVED, "rdmadisk_request.reserved");
 
-#define RDMADISK_AUTH_LEN                        48
+#define RDMADISK_AUTH_LEN                        64
 #define RDMADISK_AUTH_OFF_OPCODE                 0
 #define RDMADISK_AUTH_OFF_FLAGS                  1
 #define RDMADISK_AUTH_OFF_CREDITS                2
 #define RDMADISK_AUTH_OFF_TAG                    4
-#define RDMADISK_AUTH_OFF_PROOF                  8
-#define RDMADISK_AUTH_OFF_RESERVED               40
+#define RDMADISK_AUTH_OFF_NONCE                  8
+#define RDMADISK_AUTH_OFF_PROOF                  24
+#define RDMADISK_AUTH_OFF_RESERVED               56
 
 struct rdmadisk_auth {
 	__u8 opcode;
 	__u8 flags;
 	__le16 credits;
 	__le32 tag;
+	__u8 nonce[16];
 	__u8 proof[32];
 	__u8 reserved[8];
 };
@@ -223,8 +234,30 @@ _Static_assert(offsetof(struct rdmadisk_auth, opcode) == RDMADISK_AUTH_OFF_OPCOD
 _Static_assert(offsetof(struct rdmadisk_auth, flags) == RDMADISK_AUTH_OFF_FLAGS, "rdmadisk_auth.flags");
 _Static_assert(offsetof(struct rdmadisk_auth, credits) == RDMADISK_AUTH_OFF_CREDITS, "rdmadisk_auth.credits");
 _Static_assert(offsetof(struct rdmadisk_auth, tag) == RDMADISK_AUTH_OFF_TAG, "rdmadisk_auth.tag");
+_Static_assert(offsetof(struct rdmadisk_auth, nonce) == RDMADISK_AUTH_OFF_NONCE, "rdmadisk_auth.nonce");
 _Static_assert(offsetof(struct rdmadisk_auth, proof) == RDMADISK_AUTH_OFF_PROOF, "rdmadisk_auth.proof");
 _Static_assert(offsetof(struct rdmadisk_auth, reserved) == RDMADISK_AUTH_OFF_RESERVED, "rdmadisk_auth.reserved");
+
+#define RDMADISK_AUTH_REPLY_LEN                  64
+#define RDMADISK_AUTH_REPLY_OFF_TAG              0
+#define RDMADISK_AUTH_REPLY_OFF_STATUS           4
+#define RDMADISK_AUTH_REPLY_OFF_CREDITS          6
+#define RDMADISK_AUTH_REPLY_OFF_PROOF            8
+#define RDMADISK_AUTH_REPLY_OFF_RESERVED         40
+
+struct rdmadisk_auth_reply {
+	__le32 tag;
+	__le16 status;
+	__le16 credits;
+	__u8 proof[32];
+	__u8 reserved[24];
+};
+_Static_assert(sizeof(struct rdmadisk_auth_reply) == RDMADISK_AUTH_REPLY_LEN, "rdmadisk_auth_reply size");
+_Static_assert(offsetof(struct rdmadisk_auth_reply, tag) == RDMADISK_AUTH_REPLY_OFF_TAG, "rdmadisk_auth_reply.tag");
+_Static_assert(offsetof(struct rdmadisk_auth_reply, status) == RDMADISK_AUTH_REPLY_OFF_STATUS, "rdmadisk_auth_reply.status");
+_Static_assert(offsetof(struct rdmadisk_auth_reply, credits) == RDMADISK_AUTH_REPLY_OFF_CREDITS, "rdmadisk_auth_reply.credits");
+_Static_assert(offsetof(struct rdmadisk_auth_reply, proof) == RDMADISK_AUTH_REPLY_OFF_PROOF, "rdmadisk_auth_reply.proof");
+_Static_assert(offsetof(struct rdmadisk_auth_reply, reserved) == RDMADISK_AUTH_REPLY_OFF_RESERVED, "rdmadisk_auth_reply.reserved");
 
 #define RDMADISK_RESPONSE_LEN                    32
 #define RDMADISK_RESPONSE_OFF_TAG                0

@@ -5,8 +5,9 @@ use std::fmt;
 use std::io::{self, Read, Write};
 
 use rdmadisk_proto::wire::{
-    AuthRequest, DecodeError, FrameHeader, FrameKind, Hello, HelloReply, Request, Response,
-    FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
+    AuthReply, AuthRequest, DecodeError, FrameHeader, FrameKind, Hello, HelloReply, Request,
+    Response, AUTH_REPLY_LEN, AUTH_REQUEST_LEN, FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN,
+    REQUEST_LEN, RESPONSE_LEN,
 };
 
 /// Why a frame could not be read.
@@ -57,6 +58,8 @@ pub enum Frame {
     HelloReply(HelloReply),
     Request(Request, u32),
     Response(Response, u32),
+    Auth(AuthRequest),
+    AuthReply(AuthReply),
 }
 
 /// Reads one frame header and its fixed message. `max_data` bounds `data_len`; a larger value
@@ -146,6 +149,16 @@ fn finish_frame<R: Read>(
             read_full(r, &mut b)?;
             Frame::Response(Response::decode(&b)?, h.data_len)
         }
+        FrameKind::Auth => {
+            let mut b = [0u8; AUTH_REQUEST_LEN];
+            read_full(r, &mut b)?;
+            Frame::Auth(AuthRequest::decode(&b)?)
+        }
+        FrameKind::AuthReply => {
+            let mut b = [0u8; AUTH_REPLY_LEN];
+            read_full(r, &mut b)?;
+            Frame::AuthReply(AuthReply::decode(&b)?)
+        }
     })
 }
 
@@ -188,9 +201,14 @@ pub fn write_request<W: Write>(w: &mut W, req: &Request, data: &[u8]) -> io::Res
     write_parts(w, FrameKind::Request, &req.to_bytes(), data)
 }
 
-/// Writes an authentication (a Request frame carrying an [`AuthRequest`]).
+/// Writes an authentication frame.
 pub fn write_auth<W: Write>(w: &mut W, a: &AuthRequest) -> io::Result<()> {
-    write_parts(w, FrameKind::Request, &a.to_bytes(), &[])
+    write_parts(w, FrameKind::Auth, &a.to_bytes(), &[])
+}
+
+/// Writes the answer to an authentication.
+pub fn write_auth_reply<W: Write>(w: &mut W, a: &AuthReply) -> io::Result<()> {
+    write_parts(w, FrameKind::AuthReply, &a.to_bytes(), &[])
 }
 
 /// Writes a Response frame followed by `data` (read data; empty otherwise).

@@ -8,3 +8,4 @@ pub mod client;
 pub mod framing;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod resvport;

@@ -5,8 +5,8 @@
 //! checks past the magic and enum decoding at once.
 
 use rdmadisk_proto::wire::{
-    features, req_flags, ExportName, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus,
-    Opcode, RemoteBuf, Request, Response, Status,
+    features, req_flags, AuthReply, AuthRequest, ExportName, FrameHeader, FrameKind, Hello,
+    HelloReply, HelloStatus, Opcode, RemoteBuf, Request, Response, Status,
 };
 use std::path::{Path, PathBuf};
 
@@ -48,8 +48,29 @@ fn main() {
         max_discard_sectors: 2048,
         challenge: [0; rdmadisk_proto::wire::CHALLENGE_LEN],
         max_inline: 4096,
+        session_floor: 0,
     };
     write(&dir, "hello_reply", "ok", &reply.to_bytes());
+    let stale = HelloReply {
+        session_floor: 41,
+        ..HelloReply::rejected(HelloStatus::Stale)
+    };
+    write(&dir, "hello_reply", "stale", &stale.to_bytes());
+
+    let auth = AuthRequest {
+        credits: 1,
+        tag: 32,
+        nonce: *b"client-nonce-16b",
+        proof: [0x5a; 32],
+    };
+    write(&dir, "auth", "authreq", &auth.to_bytes());
+    let auth_reply = AuthReply {
+        tag: 32,
+        status: Status::Ok,
+        credits: 1,
+        proof: [0xa5; 32],
+    };
+    write(&dir, "auth", "authreply", &auth_reply.to_bytes());
     write(
         &dir,
         "hello_reply",

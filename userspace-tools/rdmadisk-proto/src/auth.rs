@@ -1,19 +1,31 @@
-//! Shared-secret authentication of a connection: SHA-256, HMAC-SHA256 and the proof a client
-//! sends (docs/design.md, "Access control").
+//! Authentication of a connection with a shared key: SHA-256, HMAC-SHA256, and the proofs both
+//! sides send (docs/design.md, "Access control").
 //!
-//! A target that holds a secret for an export answers a Hello with `features::AUTH` and a
-//! random challenge in the HelloReply. The client's first message on the connection is then an
-//! [`AuthRequest`](super::wire::AuthRequest) carrying
-//! `HMAC-SHA256(secret, CONTEXT || challenge || export || session_id || epoch || queue_id ||
-//! queue_count)`; the target answers it like a request, and serves nothing else on the
-//! connection until the proof checks. The challenge is fresh per connection, so a recorded
-//! proof is worth nothing on another one, and the proof is bound to what the Hello asked for.
-//! In spirit this is NVMe's DH-HMAC-CHAP without the Diffie-Hellman part: the secret never
-//! crosses the wire, but the traffic itself is not encrypted.
+//! A target that holds a key for a connection (the client host's own key, or the export's
+//! shared secret) answers the Hello with `features::AUTH` and a random nonce, its challenge, in
+//! the HelloReply. The client's first message is then an
+//! [`AuthRequest`](super::wire::AuthRequest) carrying its own random nonce and its proof; the
+//! target checks it, and answers with an [`AuthReply`](super::wire::AuthReply) that carries the
+//! target's proof, which the client checks before it sends anything else. Each proof is
 //!
-//! Plain `core` Rust: the kernel module computes the proof with this very code.
+//! ```text
+//! HMAC-SHA256(key, CONTEXT || side || Hello || target nonce || client nonce
+//!                  || client address || client port || target address || target port)
+//! ```
+//!
+//! so it is bound to everything the Hello asked for (export, flags, session, epoch, queue,
+//! credits), to both nonces (neither side can replay an old exchange to the other) and to both
+//! endpoints (a relay that opens its own connection to the target presents another client
+//! address, and its proof fails). `side` keeps a target's proof from passing as a client's.
+//! The two sides may use different keys (DH-HMAC-CHAP's host and controller keys): the client
+//! proves the host key, the target the target key, which defaults to the host key. In spirit
+//! this is NVMe's DH-HMAC-CHAP without the Diffie-Hellman part: the key never crosses the
+//! wire, but the traffic itself is neither encrypted nor integrity-protected after the
+//! exchange.
+//!
+//! Plain `core` Rust: the kernel module computes its proofs with this very code.
 
-use super::wire::{ExportName, Hello, CHALLENGE_LEN};
+use super::wire::{Hello, CHALLENGE_LEN, HELLO_LEN};
 
 /// Bytes of a SHA-256 digest, and of a proof.
 pub const MAC_LEN: usize = 32;
@@ -22,7 +34,7 @@ pub const MAC_LEN: usize = 32;
 pub const SECRET_MIN: usize = 16;
 pub const SECRET_MAX: usize = 64;
 /// Domain separation: a proof for this protocol and version means nothing elsewhere.
-pub const CONTEXT: &[u8] = b"rdmadisk auth v1\0";
+pub const CONTEXT: &[u8] = b"rdmadisk auth v2\0";
 
 const K: [u32; 64] = [
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -179,38 +191,154 @@ impl HmacSha256 {
     }
 }
 
-/// The proof a client sends for the connection its `hello` opened, answering `challenge`.
-pub fn proof(secret: &[u8], challenge: &[u8; CHALLENGE_LEN], hello: &Hello) -> [u8; MAC_LEN] {
-    proof_for(
-        secret,
-        challenge,
-        &hello.export,
-        hello.session_id,
-        hello.epoch,
-        hello.queue_id,
-        hello.queue_count,
-    )
+/// Which side of a connection a proof speaks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Target,
 }
 
-/// [`proof`] from the Hello's fields.
-pub fn proof_for(
-    secret: &[u8],
-    challenge: &[u8; CHALLENGE_LEN],
-    export: &ExportName,
-    session_id: u32,
-    epoch: u32,
-    queue_id: u16,
-    queue_count: u16,
-) -> [u8; MAC_LEN] {
-    let mut m = HmacSha256::new(secret);
+impl Side {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Side::Client => b"client\0",
+            Side::Target => b"target\0",
+        }
+    }
+}
+
+/// One end of a connection as both sides see it: an IPv6 address (an IPv4 one as IPv4-mapped
+/// IPv6, so that a dual-stack listener and an IPv4 client agree) and a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Endpoint {
+    pub addr: [u8; 16],
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn v4(octets: [u8; 4], port: u16) -> Endpoint {
+        let mut addr = [0u8; 16];
+        addr[10] = 0xff;
+        addr[11] = 0xff;
+        addr[12..].copy_from_slice(&octets);
+        Endpoint { addr, port }
+    }
+
+    pub fn v6(octets: [u8; 16], port: u16) -> Endpoint {
+        Endpoint { addr: octets, port }
+    }
+
+    fn update(&self, m: &mut HmacSha256) {
+        m.update(&self.addr);
+        m.update(&self.port.to_be_bytes());
+    }
+}
+
+/// What a proof is bound to: the connection's Hello, both nonces and both endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transcript {
+    /// The Hello as encoded by [`Hello::to_bytes`] (reserved bytes zero), so both sides hash
+    /// the same bytes whatever reserved bits travelled.
+    pub hello: [u8; HELLO_LEN],
+    /// The target's challenge ([`HelloReply::challenge`](super::wire::HelloReply)).
+    pub target_nonce: [u8; CHALLENGE_LEN],
+    /// The client's nonce ([`AuthRequest::nonce`](super::wire::AuthRequest)).
+    pub client_nonce: [u8; CHALLENGE_LEN],
+    pub client: Endpoint,
+    pub target: Endpoint,
+}
+
+impl Transcript {
+    pub fn new(
+        hello: &Hello,
+        target_nonce: [u8; CHALLENGE_LEN],
+        client_nonce: [u8; CHALLENGE_LEN],
+        client: Endpoint,
+        target: Endpoint,
+    ) -> Transcript {
+        Transcript {
+            hello: hello.to_bytes(),
+            target_nonce,
+            client_nonce,
+            client,
+            target,
+        }
+    }
+}
+
+/// The proof `side` sends for the connection `t` describes, with `key`.
+pub fn proof(key: &[u8], side: Side, t: &Transcript) -> [u8; MAC_LEN] {
+    let mut m = HmacSha256::new(key);
     m.update(CONTEXT);
-    m.update(challenge);
-    m.update(&export.to_padded());
-    m.update(&session_id.to_le_bytes());
-    m.update(&epoch.to_le_bytes());
-    m.update(&queue_id.to_le_bytes());
-    m.update(&queue_count.to_le_bytes());
+    m.update(side.label());
+    m.update(&t.hello);
+    m.update(&t.target_nonce);
+    m.update(&t.client_nonce);
+    t.client.update(&mut m);
+    t.target.update(&mut m);
     m.finish()
+}
+
+/// Why a client's authentication failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAuthError {
+    /// The answer names another tag than the request's.
+    WrongTag,
+    /// The target refused our proof (a wrong key).
+    Denied,
+    /// The target accepted, but its own proof is wrong: it does not hold the key we expect
+    /// (a wrong target key configured on either side), or it is not the target.
+    TargetUnproven,
+}
+
+impl core::fmt::Display for ClientAuthError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            ClientAuthError::WrongTag => "the answer to the authentication names another request",
+            ClientAuthError::Denied => "the target refused our key",
+            ClientAuthError::TargetUnproven => {
+                "the target did not prove the key we expect: a wrong target key, or not the target"
+            }
+        })
+    }
+}
+
+/// A client's side of one authentication: the [`AuthRequest`](super::wire::AuthRequest) to
+/// send, and the target proof its answer must carry.
+#[derive(Clone, Copy)]
+pub struct ClientProof {
+    pub request: super::wire::AuthRequest,
+    expected: [u8; MAC_LEN],
+}
+
+impl ClientProof {
+    /// Proves `key` for the connection `t` describes (its client nonce in `t`), expecting the
+    /// target to prove `target_key` (the same key, unless a separate one is configured).
+    pub fn new(key: &[u8], target_key: &[u8], t: &Transcript, tag: u32, credits: u16) -> Self {
+        ClientProof {
+            request: super::wire::AuthRequest {
+                credits,
+                tag,
+                nonce: t.client_nonce,
+                proof: proof(key, Side::Client, t),
+            },
+            expected: proof(target_key, Side::Target, t),
+        }
+    }
+
+    /// Checks the target's answer: it accepted our proof and proved its own key.
+    pub fn check(&self, r: &super::wire::AuthReply) -> Result<(), ClientAuthError> {
+        if r.tag != self.request.tag {
+            return Err(ClientAuthError::WrongTag);
+        }
+        if r.status != super::wire::Status::Ok {
+            return Err(ClientAuthError::Denied);
+        }
+        if !proofs_equal(&r.proof, &self.expected) {
+            return Err(ClientAuthError::TargetUnproven);
+        }
+        Ok(())
+    }
 }
 
 /// Compares two proofs in time that does not depend on where they differ.
@@ -247,8 +375,9 @@ impl core::fmt::Display for SecretError {
     }
 }
 
-/// A secret, as the map option and the target's config give it: hex, 16-64 bytes.
-#[derive(Clone, Copy)]
+/// A secret, as the map option and the target's key files give it: hex, 16-64 bytes. Its bytes
+/// are overwritten when it is dropped, so that no freed memory keeps a key.
+#[derive(Clone)]
 pub struct Secret {
     bytes: [u8; SECRET_MAX],
     len: usize,
@@ -271,24 +400,40 @@ impl Secret {
                 _ => Err(SecretError::NotHex),
             }
         };
-        let mut bytes = [0u8; SECRET_MAX];
+        let mut out = Secret {
+            bytes: [0u8; SECRET_MAX],
+            len: n,
+        };
         for i in 0..n {
-            bytes[i] = digit(hex[2 * i])? << 4 | digit(hex[2 * i + 1])?;
+            out.bytes[i] = digit(hex[2 * i])? << 4 | digit(hex[2 * i + 1])?;
         }
-        Ok(Secret { bytes, len: n })
+        Ok(out)
     }
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
 
-    /// Overwrites the key bytes (for holders that are about to let it go).
+    /// Overwrites the key bytes (dropping a secret does it too).
     pub fn wipe(&mut self) {
-        self.bytes = [0; SECRET_MAX];
-        // The store must happen although nothing reads the bytes again.
-        core::hint::black_box(&self.bytes);
+        wipe(&mut self.bytes);
         self.len = 0;
     }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        self.wipe();
+    }
+}
+
+/// Overwrites `buf` with zeros in a way the compiler may not drop as a dead store: for buffers
+/// that held a key (a hex text read from a file, a map line) before they are let go.
+pub fn wipe(buf: &mut [u8]) {
+    buf.fill(0);
+    // The stores must happen although nothing reads the bytes again: black_box makes the
+    // optimiser assume something does.
+    core::hint::black_box(&*buf);
 }
 
 impl core::fmt::Debug for Secret {
@@ -306,6 +451,7 @@ impl PartialEq for Secret {
 #[cfg(test)]
 mod tests {
     extern crate std;
+    use super::super::wire::ExportName;
     use super::*;
     use std::vec::Vec;
 
@@ -399,24 +545,144 @@ mod tests {
         assert!(w.as_bytes().is_empty());
     }
 
+    fn transcript() -> Transcript {
+        let hello = Hello {
+            flags: 0,
+            queue_id: 0,
+            queue_count: 2,
+            recv_credits: 32,
+            session_id: 5,
+            epoch: 6,
+            export: ExportName::new(b"vol0").unwrap(),
+        };
+        Transcript::new(
+            &hello,
+            [1u8; CHALLENGE_LEN],
+            [2u8; CHALLENGE_LEN],
+            Endpoint::v4([192, 0, 2, 1], 1023),
+            Endpoint::v4([192, 0, 2, 2], 7700),
+        )
+    }
+
     #[test]
     fn proofs_bind_every_field() {
-        let sec = [7u8; 32];
-        let ch = [1u8; CHALLENGE_LEN];
-        let e = ExportName::new(b"vol0").unwrap();
-        let base = proof_for(&sec, &ch, &e, 5, 6, 0, 2);
-        assert!(proofs_equal(&base, &proof_for(&sec, &ch, &e, 5, 6, 0, 2)));
-        let other = [
-            proof_for(&[8u8; 32], &ch, &e, 5, 6, 0, 2),
-            proof_for(&sec, &[2u8; CHALLENGE_LEN], &e, 5, 6, 0, 2),
-            proof_for(&sec, &ch, &ExportName::new(b"vol1").unwrap(), 5, 6, 0, 2),
-            proof_for(&sec, &ch, &e, 4, 6, 0, 2),
-            proof_for(&sec, &ch, &e, 5, 7, 0, 2),
-            proof_for(&sec, &ch, &e, 5, 6, 1, 2),
-            proof_for(&sec, &ch, &e, 5, 6, 0, 3),
-        ];
-        for o in other {
-            assert!(!proofs_equal(&base, &o));
+        let key = [7u8; 32];
+        let t = transcript();
+        let base = proof(&key, Side::Client, &t);
+        assert!(proofs_equal(&base, &proof(&key, Side::Client, &t)));
+        let mut others = Vec::new();
+        others.push(proof(&[8u8; 32], Side::Client, &t));
+        others.push(proof(&key, Side::Target, &t));
+        // Every byte of the Hello: export, flags, queue numbers, credits, session, epoch.
+        for i in 0..HELLO_LEN {
+            let mut x = t;
+            x.hello[i] ^= 1;
+            others.push(proof(&key, Side::Client, &x));
         }
+        for i in 0..CHALLENGE_LEN {
+            let mut x = t;
+            x.target_nonce[i] ^= 1;
+            others.push(proof(&key, Side::Client, &x));
+            let mut x = t;
+            x.client_nonce[i] ^= 1;
+            others.push(proof(&key, Side::Client, &x));
+        }
+        let mut x = t;
+        x.client.addr[15] ^= 1;
+        others.push(proof(&key, Side::Client, &x));
+        let mut x = t;
+        x.client.port ^= 1;
+        others.push(proof(&key, Side::Client, &x));
+        let mut x = t;
+        x.target.addr[15] ^= 1;
+        others.push(proof(&key, Side::Client, &x));
+        let mut x = t;
+        x.target.port ^= 1;
+        others.push(proof(&key, Side::Client, &x));
+        // The nonces cannot trade places, nor the endpoints.
+        let mut x = t;
+        core::mem::swap(&mut x.target_nonce, &mut x.client_nonce);
+        others.push(proof(&key, Side::Client, &x));
+        let mut x = t;
+        core::mem::swap(&mut x.client, &mut x.target);
+        others.push(proof(&key, Side::Client, &x));
+        for o in &others {
+            assert!(!proofs_equal(&base, o));
+        }
+    }
+
+    #[test]
+    fn proof_known_answer() {
+        // Pins the construction: a change to the transcript's layout changes this value, and
+        // the kernel module and the target would then disagree with older builds of each other.
+        let mut m = HmacSha256::new(&[7u8; 32]);
+        m.update(CONTEXT);
+        m.update(b"client\0");
+        let t = transcript();
+        m.update(&t.hello);
+        m.update(&t.target_nonce);
+        m.update(&t.client_nonce);
+        m.update(&t.client.addr);
+        m.update(&1023u16.to_be_bytes());
+        m.update(&t.target.addr);
+        m.update(&7700u16.to_be_bytes());
+        assert_eq!(m.finish(), proof(&[7u8; 32], Side::Client, &t));
+        let v4 = Endpoint::v4([192, 0, 2, 1], 1);
+        assert_eq!(&v4.addr[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(Endpoint::v6(v4.addr, 1), v4);
+    }
+
+    #[test]
+    fn a_client_checks_the_target_both_ways() {
+        use super::super::wire::{AuthReply, Status};
+        let (k, tk) = ([7u8; 32], [9u8; 32]);
+        let t = transcript();
+        let c = ClientProof::new(&k, &tk, &t, 5, 1);
+        assert_eq!(c.request.nonce, t.client_nonce);
+        assert!(proofs_equal(&c.request.proof, &proof(&k, Side::Client, &t)));
+        let good = AuthReply {
+            tag: 5,
+            status: Status::Ok,
+            credits: 1,
+            proof: proof(&tk, Side::Target, &t),
+        };
+        assert_eq!(c.check(&good), Ok(()));
+        for (bad, why) in [
+            (AuthReply { tag: 6, ..good }, ClientAuthError::WrongTag),
+            (
+                AuthReply {
+                    status: Status::Denied,
+                    ..good
+                },
+                ClientAuthError::Denied,
+            ),
+            (
+                AuthReply {
+                    proof: proof(&k, Side::Target, &t),
+                    ..good
+                },
+                ClientAuthError::TargetUnproven,
+            ),
+            (
+                AuthReply {
+                    // Our own proof reflected back is not the target's.
+                    proof: c.request.proof,
+                    ..good
+                },
+                ClientAuthError::TargetUnproven,
+            ),
+        ] {
+            assert_eq!(c.check(&bad), Err(why));
+        }
+    }
+
+    #[test]
+    fn wipe_clears() {
+        let mut b = *b"0011223344556677";
+        wipe(&mut b);
+        assert_eq!(b, [0; 16]);
+        let mut s = Secret::from_hex(b"00112233445566778899aabbccddeeff").unwrap();
+        s.wipe();
+        assert!(s.as_bytes().is_empty());
     }
 }

@@ -68,8 +68,8 @@ fn message(out: &mut String, prefix: &str, sname: &str, len: usize, fields: Fiel
 /// Renders the header from the Rust constants.
 pub(crate) fn render() -> String {
     use wire::{
-        auth_off as au, frame_off as f, hello_flags, hello_off as h, hello_reply_off as hr,
-        request_off as rq, response_off as rs,
+        auth_off as au, auth_reply_off as ar, frame_off as f, hello_flags, hello_off as h,
+        hello_reply_off as hr, request_off as rq, response_off as rs,
     };
     let mut o = String::new();
     o.push_str(
@@ -116,6 +116,7 @@ pub(crate) fn render() -> String {
         wire::Opcode::Discard,
         wire::Opcode::WriteZeroes,
         wire::Opcode::Nop,
+        wire::Opcode::Close,
     ] {
         let name = std::format!("RDMADISK_OP_{}", snake_upper(&std::format!("{op:?}")));
         define(&mut o, &name, op as u8);
@@ -188,6 +189,8 @@ pub(crate) fn render() -> String {
         wire::FrameKind::HelloReply,
         wire::FrameKind::Request,
         wire::FrameKind::Response,
+        wire::FrameKind::Auth,
+        wire::FrameKind::AuthReply,
     ] {
         let name = std::format!("RDMADISK_FRAME_{}", snake_upper(&std::format!("{k:?}")));
         define(&mut o, &name, k as u8);
@@ -234,6 +237,8 @@ pub(crate) fn render() -> String {
             ("max_discard_sectors", hr::MAX_DISCARD_SECTORS, "__le32"),
             ("challenge", hr::CHALLENGE, &challenge),
             ("max_inline", hr::MAX_INLINE, "__le32"),
+            ("session_floor", hr::SESSION_FLOOR, "__le32"),
+            ("reserved1", hr::RESERVED1, "__le32"),
         ],
     );
     let req_reserved = std::format!("__u8[{}]", wire::REQUEST_LEN - rq::RESERVED);
@@ -256,19 +261,34 @@ pub(crate) fn render() -> String {
             ("reserved", rq::RESERVED, &req_reserved),
         ],
     );
-    let auth_reserved = std::format!("__u8[{}]", wire::REQUEST_LEN - au::RESERVED);
+    let auth_reserved = std::format!("__u8[{}]", wire::AUTH_REQUEST_LEN - au::RESERVED);
     message(
         &mut o,
         "AUTH",
         "rdmadisk_auth",
-        wire::REQUEST_LEN,
+        wire::AUTH_REQUEST_LEN,
         &[
             ("opcode", au::OPCODE, "__u8"),
             ("flags", au::FLAGS, "__u8"),
             ("credits", au::CREDITS, "__le16"),
             ("tag", au::TAG, "__le32"),
+            ("nonce", au::NONCE, &challenge),
             ("proof", au::PROOF, "__u8[32]"),
             ("reserved", au::RESERVED, &auth_reserved),
+        ],
+    );
+    let auth_reply_reserved = std::format!("__u8[{}]", wire::AUTH_REPLY_LEN - ar::RESERVED);
+    message(
+        &mut o,
+        "AUTH_REPLY",
+        "rdmadisk_auth_reply",
+        wire::AUTH_REPLY_LEN,
+        &[
+            ("tag", ar::TAG, "__le32"),
+            ("status", ar::STATUS, "__le16"),
+            ("credits", ar::CREDITS, "__le16"),
+            ("proof", ar::PROOF, "__u8[32]"),
+            ("reserved", ar::RESERVED, &auth_reply_reserved),
         ],
     );
     let resp_reserved = std::format!("__u8[{}]", wire::RESPONSE_LEN - rs::RESERVED);

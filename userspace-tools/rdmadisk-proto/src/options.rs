@@ -41,13 +41,17 @@ pub enum Key {
     PollQueues,
     /// `tcp_port=`: the target's TCP fallback port.
     TcpPort,
-    /// `secret=`: the export's shared secret, in hex (32 to 128 digits).
+    /// `secret=`: the key this host proves (its own key, or the export's shared
+    /// secret), in hex (32 to 128 digits).
     Secret,
+    /// `target_secret=`: the key the target must prove, when it is not the
+    /// same as `secret=` (DH-HMAC-CHAP's controller key), in hex.
+    TargetSecret,
 }
 
 impl Key {
     /// Every key, in the order they are documented.
-    pub const ALL: [Key; 9] = [
+    pub const ALL: [Key; 10] = [
         Key::Name,
         Key::Addr,
         Key::Port,
@@ -57,6 +61,7 @@ impl Key {
         Key::PollQueues,
         Key::TcpPort,
         Key::Secret,
+        Key::TargetSecret,
     ];
 
     /// The key as written in the option string.
@@ -71,6 +76,7 @@ impl Key {
             Key::PollQueues => "poll_queues",
             Key::TcpPort => "tcp_port",
             Key::Secret => "secret",
+            Key::TargetSecret => "target_secret",
         }
     }
 
@@ -196,7 +202,7 @@ impl DeviceName {
 /// The parsed options; each field is `None` (or `false`) when its key was
 /// absent, so callers decide which keys they need ([`Options::require`]) and
 /// what the defaults are.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Options {
     /// `name=`.
     pub name: Option<DeviceName>,
@@ -216,6 +222,8 @@ pub struct Options {
     pub tcp_port: Option<u16>,
     /// `secret=`.
     pub secret: Option<Secret>,
+    /// `target_secret=`; only with `secret=`.
+    pub target_secret: Option<Secret>,
 }
 
 impl Options {
@@ -245,6 +253,9 @@ impl Options {
             > u32::from(MAX_QUEUES)
         {
             return Err(OptionError::BadValue(Key::PollQueues));
+        }
+        if o.target_secret.is_some() && o.secret.is_none() {
+            return Err(OptionError::Missing(Key::Secret));
         }
         if any {
             Ok(o)
@@ -279,56 +290,50 @@ impl Options {
                 self.poll_queues = Some(q.ok_or(bad)?);
             }
             Key::Secret => self.secret = Some(Secret::from_hex(v).map_err(|_| bad)?),
+            Key::TargetSecret => self.target_secret = Some(Secret::from_hex(v).map_err(|_| bad)?),
             Key::Ro => {}
         }
         Ok(())
     }
 
+    /// Whether `k` was given (`ro`: whether the disk is read-only).
+    fn has(&self, k: Key) -> bool {
+        match k {
+            Key::Name => self.name.is_some(),
+            Key::Addr => self.addr.is_some(),
+            Key::Port => self.port.is_some(),
+            Key::Export => self.export.is_some(),
+            Key::Ro => self.read_only,
+            Key::Queues => self.queues.is_some(),
+            Key::PollQueues => self.poll_queues.is_some(),
+            Key::TcpPort => self.tcp_port.is_some(),
+            Key::Secret => self.secret.is_some(),
+            Key::TargetSecret => self.target_secret.is_some(),
+        }
+    }
+
     /// Checks that every key in `keys` was given; the first absent one is
     /// the error. (`ro` is a flag and always counts as given.)
     pub fn require(&self, keys: &[Key]) -> Result<(), OptionError> {
-        for &k in keys {
-            let present = match k {
-                Key::Name => self.name.is_some(),
-                Key::Addr => self.addr.is_some(),
-                Key::Port => self.port.is_some(),
-                Key::Export => self.export.is_some(),
-                Key::Ro => true,
-                Key::Queues => self.queues.is_some(),
-                Key::PollQueues => self.poll_queues.is_some(),
-                Key::TcpPort => self.tcp_port.is_some(),
-                Key::Secret => self.secret.is_some(),
-            };
-            if !present {
-                return Err(OptionError::Missing(k));
-            }
+        match keys.iter().find(|&&k| k != Key::Ro && !self.has(k)) {
+            Some(&k) => Err(OptionError::Missing(k)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Checks that no key outside `allowed` was given, for control files
     /// that take only some of the keys. The first extra key is the error,
     /// reported as [`OptionError::UnknownKey`].
     pub fn only(&self, allowed: &[Key]) -> Result<(), OptionError> {
-        for k in Key::ALL {
-            let present = match k {
-                Key::Name => self.name.is_some(),
-                Key::Addr => self.addr.is_some(),
-                Key::Port => self.port.is_some(),
-                Key::Export => self.export.is_some(),
-                Key::Ro => self.read_only,
-                Key::Queues => self.queues.is_some(),
-                Key::PollQueues => self.poll_queues.is_some(),
-                Key::TcpPort => self.tcp_port.is_some(),
-                Key::Secret => self.secret.is_some(),
-            };
-            if present && !allowed.contains(&k) {
-                return Err(OptionError::UnknownKey(UnknownKey::new(
-                    k.as_str().as_bytes(),
-                )));
-            }
+        match Key::ALL
+            .into_iter()
+            .find(|k| self.has(*k) && !allowed.contains(k))
+        {
+            Some(k) => Err(OptionError::UnknownKey(UnknownKey::new(
+                k.as_str().as_bytes(),
+            ))),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -383,7 +388,7 @@ mod tests {
     #[test]
     fn secrets() {
         let o = Options::parse(b"export=a secret=00112233445566778899aabbccddeeff").unwrap();
-        assert_eq!(o.secret.unwrap().as_bytes().len(), 16);
+        assert_eq!(o.secret.as_ref().unwrap().as_bytes().len(), 16);
         assert_eq!(err("secret=0011"), OptionError::BadValue(Key::Secret));
         assert_eq!(err("secret=xyz"), OptionError::BadValue(Key::Secret));
         assert_eq!(err("secret"), OptionError::MissingValue(Key::Secret));
@@ -395,6 +400,20 @@ mod tests {
         let text = std::format!("{o:?}");
         let hidden = !text.contains("0011") && text.contains("16 bytes");
         assert!(hidden, "{text}");
+        let both = Options::parse(
+            b"secret=00112233445566778899aabbccddeeff target_secret=ffeeddccbbaa99887766554433221100",
+        )
+        .unwrap();
+        assert_eq!(both.target_secret.as_ref().unwrap().as_bytes()[0], 0xff);
+        assert_eq!(
+            err("target_secret=00112233445566778899aabbccddeeff"),
+            OptionError::Missing(Key::Secret),
+            "a target key alone means nothing"
+        );
+        assert_eq!(
+            err("target_secret=00"),
+            OptionError::BadValue(Key::TargetSecret)
+        );
     }
 
     #[test]

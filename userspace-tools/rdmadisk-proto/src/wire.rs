@@ -18,8 +18,11 @@ use core::fmt;
 pub const MAGIC: u32 = 0x5244_534B;
 /// Protocol version carried in [`Hello`] and [`HelloReply`]. Version 2 added
 /// connection epochs ([`Hello::epoch`], [`Status::Fenced`]) and request ids
-/// with generations ([`ReqId`]).
-pub const VERSION: u16 = 3;
+/// with generations ([`ReqId`]). Version 4 ordered sessions
+/// ([`HelloReply::session_floor`]), made authentication mutual ([`AuthRequest`]
+/// carries the client's nonce, [`AuthReply`] the target's proof) and added
+/// [`Opcode::Close`].
+pub const VERSION: u16 = 4;
 /// Maximum length in bytes of an export name.
 pub const EXPORT_NAME_MAX: usize = 32;
 /// log2 of the sector size that `sector` fields count in.
@@ -31,17 +34,23 @@ pub const SECTOR_SIZE: u32 = 1 << SECTOR_SHIFT;
 /// (56 bytes for RC on InfiniBand/RoCE).
 pub const HELLO_LEN: usize = 56;
 /// Encoded length of [`HelloReply`]; it must fit rdma_cm accept private data
-/// (196 bytes), and 64 leaves room for later fields.
-pub const HELLO_REPLY_LEN: usize = 64;
+/// (196 bytes) and reject private data (148 bytes): a refusal carries it too.
+pub const HELLO_REPLY_LEN: usize = 72;
 /// Encoded length of [`Request`].
 pub const REQUEST_LEN: usize = 48;
 /// Encoded length of [`Response`].
 pub const RESPONSE_LEN: usize = 32;
+/// Encoded length of [`AuthRequest`]. Every RDMA receive of the target holds
+/// at least this much (its receives are multiples of 64 bytes).
+pub const AUTH_REQUEST_LEN: usize = 64;
+/// Encoded length of [`AuthReply`]. A client sizes its RDMA receives for it.
+pub const AUTH_REPLY_LEN: usize = 64;
 /// Encoded length of [`FrameHeader`].
 pub const FRAME_HEADER_LEN: usize = 8;
 /// Magic at the start of every TCP frame ("RD").
 pub const FRAME_MAGIC: u16 = 0x5244;
-/// Bytes of the challenge a target sends a client that must authenticate.
+/// Bytes of each side's nonce in an authentication: the target's challenge
+/// ([`HelloReply::challenge`]) and the client's ([`AuthRequest::nonce`]).
 pub const CHALLENGE_LEN: usize = 16;
 
 /// Field offsets of [`Hello`].
@@ -102,6 +111,11 @@ pub mod hello_reply_off {
     /// `u32` largest write in bytes the client may send inline in its request
     /// (RDMA only; 0: none).
     pub const MAX_INLINE: usize = 60;
+    /// `u32` with status `Stale`: the session the target's fence is at; a new
+    /// session must take an id above it (0 otherwise).
+    pub const SESSION_FLOOR: usize = 64;
+    /// `u32` reserved, zero.
+    pub const RESERVED1: usize = 68;
 }
 
 /// Field offsets of [`Request`].
@@ -139,11 +153,28 @@ pub mod auth_off {
     pub const FLAGS: usize = 1;
     /// `u16` response credits the client grants the target.
     pub const CREDITS: usize = 2;
-    /// `u32` request tag, echoed in the response.
+    /// `u32` request tag, echoed in the reply.
     pub const TAG: usize = 4;
-    /// [`crate::auth::MAC_LEN`] bytes: the proof (see `auth.rs`).
+    /// [`super::CHALLENGE_LEN`] bytes: the client's nonce.
+    pub const NONCE: usize = 8;
+    /// 32 bytes: the client's proof (see `auth.rs`).
+    pub const PROOF: usize = 24;
+    /// Reserved, zero, up to [`super::AUTH_REQUEST_LEN`].
+    pub const RESERVED: usize = 56;
+}
+
+/// Field offsets of [`AuthReply`]: the tag, status and credits sit where a
+/// [`Response`] has them.
+pub mod auth_reply_off {
+    /// `u32` tag of the [`super::AuthRequest`] answered.
+    pub const TAG: usize = 0;
+    /// `u16` [`super::Status`]: `Ok` or `Denied`.
+    pub const STATUS: usize = 4;
+    /// `u16` request credits the target grants the client.
+    pub const CREDITS: usize = 6;
+    /// 32 bytes: the target's proof (zero when denied).
     pub const PROOF: usize = 8;
-    /// Reserved, zero, up to [`super::REQUEST_LEN`].
+    /// Reserved, zero, up to [`super::AUTH_REPLY_LEN`].
     pub const RESERVED: usize = 40;
 }
 
@@ -183,10 +214,14 @@ const _: () = assert!(HELLO_LEN <= 56);
 const _: () = assert!(hello_off::SESSION_ID + 4 == hello_off::EPOCH);
 const _: () = assert!(hello_off::EPOCH + 4 == hello_off::EXPORT_NAME);
 const _: () = assert!(hello_reply_off::CHALLENGE + CHALLENGE_LEN == hello_reply_off::MAX_INLINE);
-const _: () = assert!(hello_reply_off::MAX_INLINE + 4 == HELLO_REPLY_LEN);
+const _: () = assert!(hello_reply_off::MAX_INLINE + 4 == hello_reply_off::SESSION_FLOOR);
+const _: () = assert!(hello_reply_off::RESERVED1 + 4 == HELLO_REPLY_LEN);
+const _: () = assert!(auth_off::NONCE + CHALLENGE_LEN == auth_off::PROOF);
 const _: () = assert!(auth_off::PROOF + 32 == auth_off::RESERVED);
-const _: () = assert!(auth_off::RESERVED <= REQUEST_LEN);
-const _: () = assert!(HELLO_REPLY_LEN <= 196);
+const _: () = assert!(auth_off::RESERVED < AUTH_REQUEST_LEN);
+const _: () = assert!(auth_reply_off::PROOF + 32 == auth_reply_off::RESERVED);
+const _: () = assert!(auth_reply_off::RESERVED < AUTH_REPLY_LEN);
+const _: () = assert!(HELLO_REPLY_LEN <= 148);
 const _: () = assert!(hello_reply_off::CAPACITY_SECTORS % 8 == 0);
 const _: () = assert!(request_off::RESERVED + 8 == REQUEST_LEN);
 const _: () = assert!(request_off::SECTOR % 8 == 0 && request_off::BUF_ADDR % 8 == 0);
@@ -492,8 +527,10 @@ pub enum HelloStatus {
     Busy = 4,
     /// The hello was malformed (bad queue numbers, bad magic, ...).
     Invalid = 5,
-    /// The hello's epoch is older than one its session already used: the
-    /// connection set it belongs to has been superseded (see [`Fence`]).
+    /// The hello's (session, epoch) is older than the one the target's fence
+    /// is at: its connection set, or its whole session, has been superseded
+    /// (see [`crate::fence`]; [`HelloReply::session_floor`] names the fence's
+    /// session).
     Stale = 6,
 }
 
@@ -544,6 +581,10 @@ pub struct HelloReply {
     /// none. A target sizes its receives for it, so a larger inline write
     /// breaks the connection.
     pub max_inline: u32,
+    /// With status `Stale`: the session the fence is at. A client whose new
+    /// mapping asked with a session at or below it asks again above it (see
+    /// [`crate::fence`]); an attached session told `Stale` has been superseded.
+    pub session_floor: u32,
 }
 
 impl HelloReply {
@@ -562,6 +603,7 @@ impl HelloReply {
             max_discard_sectors: 0,
             challenge: [0; CHALLENGE_LEN],
             max_inline: 0,
+            session_floor: 0,
         }
     }
 
@@ -583,6 +625,7 @@ impl HelloReply {
         put_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(out, self.max_discard_sectors);
         put::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(out, self.challenge);
         put_u32::<{ hello_reply_off::MAX_INLINE }, N>(out, self.max_inline);
+        put_u32::<{ hello_reply_off::SESSION_FLOOR }, N>(out, self.session_floor);
     }
 
     /// Returns the encoded message.
@@ -618,6 +661,7 @@ impl HelloReply {
             max_discard_sectors: get_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(b),
             challenge: get::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(b),
             max_inline: get_u32::<{ hello_reply_off::MAX_INLINE }, N>(b),
+            session_floor: get_u32::<{ hello_reply_off::SESSION_FLOOR }, N>(b),
         })
     }
 }
@@ -638,6 +682,10 @@ pub enum Opcode {
     WriteZeroes = 5,
     /// Keepalive; carries no data and only returns credits.
     Nop = 6,
+    /// The client's mapping ends (a normal unmap): no session of this client
+    /// at or below this one will attach this export again, so the target may
+    /// forget its fence once the session's connections are gone. No data.
+    Close = 7,
 }
 
 impl Opcode {
@@ -662,6 +710,7 @@ impl TryFrom<u8> for Opcode {
             4 => Opcode::Discard,
             5 => Opcode::WriteZeroes,
             6 => Opcode::Nop,
+            7 => Opcode::Close,
             _ => return Err(DecodeError::BadOpcode(v)),
         })
     }
@@ -731,8 +780,8 @@ pub enum Status {
     /// The request came on a connection that a newer epoch or session of the
     /// same client has superseded; it was not applied (see [`Fence`]).
     Fenced = 7,
-    /// The answer to an [`AuthRequest`] whose proof is wrong: the target closes
-    /// the connection.
+    /// The answer ([`AuthReply`]) to an [`AuthRequest`] whose proof is wrong:
+    /// the target closes the connection.
     Denied = 8,
 }
 
@@ -848,8 +897,8 @@ impl Request {
     /// 1. unknown flag bits, or [`req_flags::INLINE`] on anything but a `Write`
     ///    or with a `buf` address or rkey → `Invalid`;
     /// 2. `Write`, `Discard`, `WriteZeroes` on a read-only export → `ReadOnly`;
-    /// 3. `Flush`, `Nop`: `length` must be 0 → else `Invalid`; nothing more
-    ///    is checked (their `sector` and `buf` are ignored);
+    /// 3. `Flush`, `Nop`, `Close`: `length` must be 0 → else `Invalid`;
+    ///    nothing more is checked (their `sector` and `buf` are ignored);
     /// 4. `length` must be non-zero, a multiple of 512 and at most
     ///    `max_io_bytes` (for `Discard`/`WriteZeroes` too, so the target
     ///    advertises `max_discard_sectors` within that) → else `Invalid`;
@@ -874,7 +923,7 @@ impl Request {
         if read_only && self.opcode.modifies() {
             return Err(Status::ReadOnly);
         }
-        if matches!(self.opcode, Opcode::Flush | Opcode::Nop) {
+        if matches!(self.opcode, Opcode::Flush | Opcode::Nop | Opcode::Close) {
             return if self.length == 0 {
                 Ok(())
             } else {
@@ -898,51 +947,101 @@ impl Request {
 /// The opcode byte of an [`AuthRequest`]; no [`Opcode`] has it.
 pub const AUTH_OPCODE: u8 = 0x41;
 
-/// A client's proof that it knows an export's secret: the first message on a
-/// connection whose [`HelloReply`] said [`features::AUTH`]. It travels like a
-/// [`Request`] (same size, opcode, credits and tag where a request has them)
-/// and is answered by a [`Response`]: `Ok`, or `Denied` and the connection
-/// closes.
+/// A client's proof that it knows the key of the connection: the first
+/// message on a connection whose [`HelloReply`] said [`features::AUTH`]. Its
+/// opcode, credits and tag sit where a [`Request`]'s do, but it is longer
+/// ([`AUTH_REQUEST_LEN`]); it carries the client's nonce, and the target
+/// answers it with an [`AuthReply`] that proves the target's side: `Ok`, or
+/// `Denied` and the connection closes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthRequest {
     /// Response credits the client grants the target.
     pub credits: u16,
-    /// Echoed in the response.
+    /// Echoed in the reply.
     pub tag: u32,
-    /// `auth::proof` of the connection.
+    /// The client's fresh random nonce.
+    pub nonce: [u8; CHALLENGE_LEN],
+    /// `auth::proof` of the client's side.
     pub proof: [u8; 32],
 }
 
 impl AuthRequest {
     /// Writes the message, reserved bytes zeroed.
-    pub fn encode(&self, out: &mut [u8; REQUEST_LEN]) {
-        const N: usize = REQUEST_LEN;
+    pub fn encode(&self, out: &mut [u8; AUTH_REQUEST_LEN]) {
+        const N: usize = AUTH_REQUEST_LEN;
         *out = [0; N];
         put_u8::<{ auth_off::OPCODE }, N>(out, AUTH_OPCODE);
         put_u16::<{ auth_off::CREDITS }, N>(out, self.credits);
         put_u32::<{ auth_off::TAG }, N>(out, self.tag);
+        put::<{ auth_off::NONCE }, CHALLENGE_LEN, N>(out, self.nonce);
         put::<{ auth_off::PROOF }, 32, N>(out, self.proof);
     }
 
     /// Returns the encoded message.
-    pub fn to_bytes(&self) -> [u8; REQUEST_LEN] {
-        let mut out = [0; REQUEST_LEN];
+    pub fn to_bytes(&self) -> [u8; AUTH_REQUEST_LEN] {
+        let mut out = [0; AUTH_REQUEST_LEN];
         self.encode(&mut out);
         out
     }
 
     /// Parses a message; trailing bytes are ignored.
     pub fn decode(buf: &[u8]) -> Result<AuthRequest, DecodeError> {
-        const N: usize = REQUEST_LEN;
-        let b = fixed::<N>(buf)?;
-        let op = get_u8::<{ auth_off::OPCODE }, N>(b);
+        const N: usize = AUTH_REQUEST_LEN;
+        let op = *buf.first().ok_or(DecodeError::Short)?;
         if op != AUTH_OPCODE {
             return Err(DecodeError::BadOpcode(op));
         }
+        let b = fixed::<N>(buf)?;
         Ok(AuthRequest {
             credits: get_u16::<{ auth_off::CREDITS }, N>(b),
             tag: get_u32::<{ auth_off::TAG }, N>(b),
+            nonce: get::<{ auth_off::NONCE }, CHALLENGE_LEN, N>(b),
             proof: get::<{ auth_off::PROOF }, 32, N>(b),
+        })
+    }
+}
+
+/// The target's answer to an [`AuthRequest`]: its status and, when `Ok`, the
+/// target's own proof, which the client checks before it sends anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthReply {
+    /// The [`AuthRequest::tag`] answered.
+    pub tag: u32,
+    /// `Ok`, or `Denied` (the client's proof is wrong).
+    pub status: Status,
+    /// Request credits the target grants the client.
+    pub credits: u16,
+    /// `auth::proof` of the target's side; zero when denied.
+    pub proof: [u8; 32],
+}
+
+impl AuthReply {
+    /// Writes the message, reserved bytes zeroed.
+    pub fn encode(&self, out: &mut [u8; AUTH_REPLY_LEN]) {
+        const N: usize = AUTH_REPLY_LEN;
+        *out = [0; N];
+        put_u32::<{ auth_reply_off::TAG }, N>(out, self.tag);
+        put_u16::<{ auth_reply_off::STATUS }, N>(out, self.status as u16);
+        put_u16::<{ auth_reply_off::CREDITS }, N>(out, self.credits);
+        put::<{ auth_reply_off::PROOF }, 32, N>(out, self.proof);
+    }
+
+    /// Returns the encoded message.
+    pub fn to_bytes(&self) -> [u8; AUTH_REPLY_LEN] {
+        let mut out = [0; AUTH_REPLY_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// Parses a message; trailing bytes are ignored.
+    pub fn decode(buf: &[u8]) -> Result<AuthReply, DecodeError> {
+        const N: usize = AUTH_REPLY_LEN;
+        let b = fixed::<N>(buf)?;
+        Ok(AuthReply {
+            tag: get_u32::<{ auth_reply_off::TAG }, N>(b),
+            status: Status::try_from(get_u16::<{ auth_reply_off::STATUS }, N>(b))?,
+            credits: get_u16::<{ auth_reply_off::CREDITS }, N>(b),
+            proof: get::<{ auth_reply_off::PROOF }, 32, N>(b),
         })
     }
 }
@@ -1030,6 +1129,10 @@ pub enum FrameKind {
     Request = 3,
     /// A [`Response`], then the read data if any.
     Response = 4,
+    /// An [`AuthRequest`].
+    Auth = 5,
+    /// An [`AuthReply`].
+    AuthReply = 6,
 }
 
 impl FrameKind {
@@ -1040,6 +1143,8 @@ impl FrameKind {
             FrameKind::HelloReply => HELLO_REPLY_LEN,
             FrameKind::Request => REQUEST_LEN,
             FrameKind::Response => RESPONSE_LEN,
+            FrameKind::Auth => AUTH_REQUEST_LEN,
+            FrameKind::AuthReply => AUTH_REPLY_LEN,
         }
     }
 }
@@ -1052,6 +1157,8 @@ impl TryFrom<u8> for FrameKind {
             2 => FrameKind::HelloReply,
             3 => FrameKind::Request,
             4 => FrameKind::Response,
+            5 => FrameKind::Auth,
+            6 => FrameKind::AuthReply,
             _ => return Err(DecodeError::BadKind(v)),
         })
     }
@@ -1147,6 +1254,7 @@ mod tests {
             max_discard_sectors: 2048,
             challenge: *b"0123456789abcdef",
             max_inline: 4096,
+            session_floor: 0x0a0b_0c0d,
         }
     }
 
@@ -1182,7 +1290,7 @@ mod tests {
     fn hello_layout_is_little_endian_at_documented_offsets() {
         let b = hello().to_bytes();
         assert_eq!(&b[0..4], &[0x4B, 0x53, 0x44, 0x52]);
-        assert_eq!(&b[4..6], &[3, 0]);
+        assert_eq!(&b[4..6], &[4, 0]);
         assert_eq!(&b[8..10], &[3, 0]);
         assert_eq!(&b[10..12], &[4, 0]);
         assert_eq!(&b[12..14], &[128, 0]);
@@ -1260,9 +1368,11 @@ mod tests {
         assert_eq!(&b[40..44], &2048u32.to_le_bytes());
         assert_eq!(&b[44..60], b"0123456789abcdef");
         assert_eq!(&b[60..64], &4096u32.to_le_bytes());
+        assert_eq!(&b[64..68], &0x0a0b_0c0du32.to_le_bytes());
+        assert_eq!(&b[68..72], &[0; 4]);
         assert_eq!(HelloReply::decode(&b), Ok(reply()));
 
-        assert_eq!(HelloReply::decode(&b[..63]), Err(DecodeError::Short));
+        assert_eq!(HelloReply::decode(&b[..71]), Err(DecodeError::Short));
         let mut bad = b;
         bad[3] = 0;
         assert_eq!(HelloReply::decode(&bad), Err(DecodeError::BadMagic));
@@ -1292,15 +1402,15 @@ mod tests {
             assert_eq!(Status::try_from(v).map(|s| s as u16), Ok(v));
         }
         assert_eq!(Status::try_from(9), Err(DecodeError::BadStatus(9)));
-        for v in 1..=6u8 {
+        for v in 1..=7u8 {
             assert_eq!(Opcode::try_from(v).map(|o| o as u8), Ok(v));
         }
         assert_eq!(Opcode::try_from(0), Err(DecodeError::BadOpcode(0)));
-        assert_eq!(Opcode::try_from(7), Err(DecodeError::BadOpcode(7)));
-        for v in 1..=4u8 {
+        assert_eq!(Opcode::try_from(8), Err(DecodeError::BadOpcode(8)));
+        for v in 1..=6u8 {
             assert_eq!(FrameKind::try_from(v).map(|k| k as u8), Ok(v));
         }
-        assert_eq!(FrameKind::try_from(5), Err(DecodeError::BadKind(5)));
+        assert_eq!(FrameKind::try_from(7), Err(DecodeError::BadKind(7)));
     }
 
     #[test]
@@ -1383,6 +1493,46 @@ mod tests {
         assert_eq!(FrameKind::HelloReply.message_len(), HELLO_REPLY_LEN);
         assert_eq!(FrameKind::Request.message_len(), REQUEST_LEN);
         assert_eq!(FrameKind::Response.message_len(), RESPONSE_LEN);
+        assert_eq!(FrameKind::Auth.message_len(), AUTH_REQUEST_LEN);
+        assert_eq!(FrameKind::AuthReply.message_len(), AUTH_REPLY_LEN);
+    }
+
+    #[test]
+    fn auth_messages_layout() {
+        let a = AuthRequest {
+            credits: 0x0201,
+            tag: 0x0605_0403,
+            nonce: *b"0123456789abcdef",
+            proof: [0x5a; 32],
+        };
+        let b = a.to_bytes();
+        assert_eq!(b[0], AUTH_OPCODE);
+        assert_eq!(b[1], 0);
+        assert_eq!(&b[2..4], &[1, 2]);
+        assert_eq!(&b[4..8], &[3, 4, 5, 6]);
+        assert_eq!(&b[8..24], b"0123456789abcdef");
+        assert_eq!(&b[24..56], &[0x5a; 32]);
+        assert_eq!(&b[56..], &[0; 8]);
+        assert_eq!(AuthRequest::decode(&b), Ok(a));
+        assert_eq!(AuthRequest::decode(&b[..63]), Err(DecodeError::Short));
+        assert_eq!(AuthRequest::decode(&[]), Err(DecodeError::Short));
+        let r = AuthReply {
+            tag: 0x0605_0403,
+            status: Status::Denied,
+            credits: 3,
+            proof: [0xa5; 32],
+        };
+        let b = r.to_bytes();
+        assert_eq!(&b[0..4], &[3, 4, 5, 6]);
+        assert_eq!(&b[4..6], &[8, 0]);
+        assert_eq!(&b[6..8], &[3, 0]);
+        assert_eq!(&b[8..40], &[0xa5; 32]);
+        assert_eq!(&b[40..], &[0; 24]);
+        assert_eq!(AuthReply::decode(&b), Ok(r));
+        assert_eq!(AuthReply::decode(&b[..63]), Err(DecodeError::Short));
+        let mut bad = b;
+        bad[4] = 0xff;
+        assert_eq!(AuthReply::decode(&bad), Err(DecodeError::BadStatus(0xff)));
     }
 
     #[test]
@@ -1435,7 +1585,7 @@ mod tests {
             );
             assert_eq!(request(op, 0, MAX_IO).validate(CAP, MAX_IO, false), Ok(()));
         }
-        for op in [Opcode::Flush, Opcode::Nop] {
+        for op in [Opcode::Flush, Opcode::Nop, Opcode::Close] {
             assert_eq!(request(op, 0, 0).validate(CAP, MAX_IO, false), Ok(()));
             // Sector and buf are ignored for these.
             let mut r = request(op, u64::MAX, 0);
@@ -1517,7 +1667,7 @@ mod tests {
                 Err(Status::ReadOnly)
             );
         }
-        for op in [Opcode::Flush, Opcode::Nop] {
+        for op in [Opcode::Flush, Opcode::Nop, Opcode::Close] {
             assert_eq!(
                 request(op, 0, 512).validate(CAP, MAX_IO, false),
                 Err(Status::Invalid)
@@ -1601,7 +1751,7 @@ mod tests {
     }
 
     fn arb_opcode() -> impl Strategy<Value = Opcode> {
-        (1u8..=6).prop_map(|v| Opcode::try_from(v).unwrap())
+        (1u8..=7).prop_map(|v| Opcode::try_from(v).unwrap())
     }
 
     proptest! {
@@ -1611,12 +1761,15 @@ mod tests {
             let _ = HelloReply::decode(&bytes);
             let _ = Request::decode(&bytes);
             let _ = Response::decode(&bytes);
+            let _ = AuthRequest::decode(&bytes);
+            let _ = AuthReply::decode(&bytes);
+            let _ = ClientMsg::decode(&bytes);
             let _ = FrameHeader::decode(&bytes);
         }
 
         #[test]
         fn decoded_requests_reencode_canonically(mut bytes in proptest::array::uniform32(any::<u8>()), tail in proptest::array::uniform16(any::<u8>())) {
-            bytes[0] = bytes[0] % 6 + 1;
+            bytes[0] = bytes[0] % 7 + 1;
             let mut b = [0u8; REQUEST_LEN];
             b[..32].copy_from_slice(&bytes);
             b[32..].copy_from_slice(&tail);
@@ -1657,19 +1810,23 @@ mod tests {
                                    pbs in any::<u32>(), max_io_bytes in any::<u32>(), max_segments in any::<u16>(),
                                    queue_depth in any::<u16>(), initial_credits in any::<u16>(),
                                    features in any::<u32>(), max_discard_sectors in any::<u32>(),
-                                   challenge in any::<[u8; CHALLENGE_LEN]>(), max_inline in any::<u32>()) {
+                                   challenge in any::<[u8; CHALLENGE_LEN]>(), max_inline in any::<u32>(),
+                                   session_floor in any::<u32>()) {
             let r = HelloReply {
                 status: HelloStatus::try_from(status).unwrap(), capacity_sectors,
                 logical_block_size: lbs, physical_block_size: pbs, max_io_bytes, max_segments,
                 queue_depth, initial_credits, features, max_discard_sectors, challenge, max_inline,
+                session_floor,
             };
             prop_assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
         }
 
         #[test]
         fn client_messages_round_trip(credits in any::<u16>(), tag in any::<u32>(), proof in any::<[u8; 32]>(),
-                                      opcode in arb_opcode(), sector in any::<u64>()) {
-            let a = AuthRequest { credits, tag, proof };
+                                      nonce in any::<[u8; CHALLENGE_LEN]>(), opcode in arb_opcode(), sector in any::<u64>()) {
+            let a = AuthRequest { credits, tag, nonce, proof };
+            let reply = AuthReply { tag, status: Status::Ok, credits, proof };
+            prop_assert_eq!(AuthReply::decode(&reply.to_bytes()), Ok(reply));
             prop_assert_eq!(ClientMsg::decode(&a.to_bytes()), Ok(ClientMsg::Auth(a)));
             let r = Request { opcode, flags: 0, credits, tag, sector, length: 0, data_crc: 0, buf: RemoteBuf::default() };
             prop_assert_eq!(ClientMsg::decode(&r.to_bytes()), Ok(ClientMsg::Request(r)));
@@ -1679,7 +1836,7 @@ mod tests {
         }
 
         #[test]
-        fn frame_header_round_trips(kind in 1u8..=4, flags in any::<u8>(), data_len in any::<u32>()) {
+        fn frame_header_round_trips(kind in 1u8..=6, flags in any::<u8>(), data_len in any::<u32>()) {
             let h = FrameHeader { kind: FrameKind::try_from(kind).unwrap(), flags, data_len };
             prop_assert_eq!(FrameHeader::decode(&h.to_bytes()), Ok(h));
         }

@@ -56,6 +56,9 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
     } else {
         format!("access: allow-list {}", cfg.allow.join(", "))
     });
+    for h in &cfg.hosts {
+        line(format!("host {} ({}): a key of its own", h.name, h.addr));
+    }
     for e in &cfg.exports {
         match FdBacking::inspect(&e.path, e.read_only, cfg.direct) {
             Ok(b) => {
@@ -77,6 +80,10 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
                 }
                 if e.secret.is_some() {
                     what.push("secret required");
+                } else if e.insecure {
+                    what.push("insecure (no key: any port of an allowed host)");
+                } else {
+                    what.push("no key: reserved ports only");
                 }
                 line(format!(
                     "export {}: {}, {} bytes ({} sectors of 512), block size {}, {}",
@@ -171,6 +178,7 @@ mod tests {
     fn args(dir: &std::path::Path) -> Args {
         Args {
             listen: Some("127.0.0.1".parse().unwrap()),
+            allow: vec!["127.0.0.1".into()],
             exports: vec![format!("a={}", dir.join("a.img").display())],
             no_rdma: true,
             // tmpfs and others may refuse O_DIRECT; that is checked where it is supported.
@@ -190,7 +198,7 @@ mod tests {
             .summary
             .contains("listen: 127.0.0.1, rdma port off, tcp port 7701"));
         assert!(r.summary.contains(&format!(
-            "export a: file {}, 1048576 bytes (2048 sectors of 512), block size 512, read-write, exclusive",
+            "export a: file {}, 1048576 bytes (2048 sectors of 512), block size 512, read-write, exclusive, no key: reserved ports only",
             dir.path().join("a.img").display()
         )));
     }

@@ -12,7 +12,8 @@
 //! - a list flag (`--allow`, `--hostile`) replaces the file's list;
 //! - exports are not replaced but combined: `--export` and `--export-ro` add exports to the
 //!   file's `[[export]]` tables, and a name may appear only once in all. (Replacing a file's
-//!   export from the command line would silently drop its allow-list or secret.)
+//!   export from the command line would silently drop its allow-list or secret.) Host keys
+//!   combine the same way: `--host-key` adds to the file's `[[host]]` tables.
 //!
 //! Every problem is collected, not only the first ([`Problems`]), so that `--check-config`
 //! and a failed start can list them all.
@@ -29,6 +30,7 @@ use rdmadisk_proto::options::{DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT};
 use rdmadisk_proto::wire::SECTOR_SIZE;
 use serde::Deserialize;
 
+use crate::engine::{HostKey, Keys};
 use crate::hostile::{Hostile, Kind};
 
 /// rdmadisk storage target: serves block exports to rdmadisk clients over RDMA (rdma_cm, RC
@@ -40,7 +42,9 @@ use crate::hostile::{Hostile, Kind};
     args_conflicts_with_subcommands = true,
     after_help = "\
 Access is denied by default: give an allow-list (--allow, or allow = [..] in the file), or
---listen with a specific address (everyone who can reach it may attach), or --allow-any.
+--allow-any. An export without a key is served only to connections from reserved ports
+(below 1024: root on the client host) unless it is marked insecure; a key (a host's own,
+--host-key, or the export's, --secret-file) is proven both ways on every connection.
 
 A flag wins over the same key in the config file; opposite switches (--rdma/--no-rdma...)
 let the command line turn a file's setting either way; exports from flags are added to the
@@ -56,9 +60,10 @@ TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], allow_any
 max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, inline_max,
 ack_timeout_exp, max_connections, max_connections_per_host, hello_timeout_s,
 idle_timeout_s, send_timeout_s, shutdown_timeout_s, stats_file, log_level,
-corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, and [[export]]
-tables with name, path, read_only, allow = [..], exclusive, secret_file. See
-userspace-tools/README.md and rdmadisk-target.example.toml."
+corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, [[host]] tables
+with name, address, secret_file, target_secret_file, and [[export]] tables with name, path,
+read_only, allow = [..], exclusive, secret_file, insecure. See userspace-tools/README.md and
+rdmadisk-target.example.toml."
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -71,8 +76,8 @@ pub struct Args {
     /// exit: 0 if all is well, 1 with every problem found.
     #[arg(long)]
     pub check_config: bool,
-    /// Address to listen on (both transports). Default 0.0.0.0, which needs an allow-list or
-    /// --allow-any.
+    /// Address to listen on (both transports). Default 0.0.0.0. Who may attach is the
+    /// allow-list's business (--allow or --allow-any), whatever the address.
     #[arg(long)]
     pub listen: Option<IpAddr>,
     /// rdma_cm port. Default 7700.
@@ -104,6 +109,20 @@ pub struct Args {
     /// of export NAME (overrides the export's secret_file). Repeatable.
     #[arg(long = "secret-file", value_name = "NAME=PATH")]
     pub secret_files: Vec<String>,
+    /// The client host at ADDR has its own key, in PATH (hex, 16 to 64 bytes, not readable by
+    /// others): it proves it on every export, and the target proves it back. Repeatable;
+    /// added to the file's [[host]] tables.
+    #[arg(long = "host-key", value_name = "ADDR=PATH")]
+    pub host_keys: Vec<String>,
+    /// The key the target proves to the client host at ADDR, when it is not the host's own
+    /// key (DH-HMAC-CHAP's controller key). Needs --host-key ADDR=.. too. Repeatable.
+    #[arg(long = "host-target-key", value_name = "ADDR=PATH")]
+    pub host_target_keys: Vec<String>,
+    /// Serve export NAME, when no key protects a connection, to any port of an allowed host,
+    /// not only to reserved ones (below 1024, which only root binds): any user of the host may
+    /// then read and write it. Repeatable; overrides insecure = false.
+    #[arg(long = "insecure", value_name = "NAME")]
+    pub insecure: Vec<String>,
     /// Let several client hosts attach export NAME read-write at once (by default one host
     /// at a time; overrides exclusive = true). Repeatable.
     #[arg(long = "no-exclusive", value_name = "NAME")]
@@ -116,8 +135,8 @@ pub struct Args {
     /// file's allow list and allow_any.
     #[arg(long = "allow", value_name = "IP[/PREFIX]")]
     pub allow: Vec<String>,
-    /// Let any client attach (no allow-list; replaces the file's allow list). Needed when
-    /// none is given and --listen is not a specific address.
+    /// Let any client that reaches the target attach (no allow-list; replaces the file's
+    /// allow list). Either this or --allow is needed.
     #[arg(long)]
     pub allow_any: bool,
     /// Largest I/O in bytes. Default 1 MiB.
@@ -251,6 +270,22 @@ pub struct ExportConf {
     /// A file holding the export's secret, in hex (16 to 64 bytes): clients must prove they
     /// know it.
     pub secret_file: Option<PathBuf>,
+    /// Without a key, serve any port of an allowed host, not only reserved ones.
+    pub insecure: Option<bool>,
+}
+
+/// One `[[host]]` table: a client host with a key of its own.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HostConf {
+    /// For logs.
+    pub name: String,
+    /// The address its connections come from.
+    pub address: IpAddr,
+    /// Its key, in hex (16 to 64 bytes), in a file others may not read.
+    pub secret_file: PathBuf,
+    /// The key the target proves to it, when not its own (same format).
+    pub target_secret_file: Option<PathBuf>,
 }
 
 /// The TOML file.
@@ -287,6 +322,8 @@ pub struct FileConf {
     pub hostile: Vec<String>,
     pub hostile_every: Option<u64>,
     #[serde(default)]
+    pub host: Vec<HostConf>,
+    #[serde(default)]
     pub export: Vec<ExportConf>,
 }
 
@@ -307,6 +344,7 @@ pub struct ExportSpec {
     pub allow: Vec<String>,
     pub exclusive: bool,
     pub secret: Option<Secret>,
+    pub insecure: bool,
 }
 
 /// The merged configuration.
@@ -343,6 +381,7 @@ pub struct Config {
     pub refuse_rdma_file: Option<PathBuf>,
     pub stall_sector: Option<u64>,
     pub grant_no_credits: bool,
+    pub hosts: Vec<HostKey>,
     pub exports: Vec<ExportSpec>,
 }
 
@@ -393,20 +432,90 @@ fn parse_export(s: &str, flag: &str, read_only: bool) -> Result<ExportConf, Stri
         allow: Vec::new(),
         exclusive: None,
         secret_file: None,
+        insecure: None,
     })
 }
 
-/// Reads a secret file: hex digits, whitespace around them ignored. It must not be readable
-/// by others than its owner and group (it is a key).
-fn read_secret(export: &str, p: &Path) -> Result<Secret, String> {
+/// Reads a key file: hex digits, whitespace around them ignored. It must not be readable by
+/// others than its owner and group (it is a key). The text read is wiped once parsed.
+/// `whose`: what the key is for, in messages ("export disk0", "host compute1").
+pub fn read_secret(whose: &str, p: &Path) -> Result<Secret, String> {
     use std::os::unix::fs::PermissionsExt;
-    let where_ = || format!("export {export}: secret file {}", p.display());
+    let where_ = || format!("{whose}: key file {}", p.display());
     let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", where_()))?;
     if meta.permissions().mode() & 0o004 != 0 {
         return Err(format!("{}: readable by everyone; chmod o-r it", where_()));
     }
-    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", where_()))?;
-    Secret::from_hex(text.trim().as_bytes()).map_err(|e| format!("{}: {e}", where_()))
+    let mut text = std::fs::read(p).map_err(|e| format!("{}: {e}", where_()))?;
+    let r = Secret::from_hex(text.trim_ascii()).map_err(|e| format!("{}: {e}", where_()));
+    rdmadisk_proto::auth::wipe(&mut text);
+    r
+}
+
+/// `ADDR=PATH` of `--host-key` and `--host-target-key`.
+fn parse_host_flag(s: &str, flag: &str) -> Result<(IpAddr, PathBuf), String> {
+    let bad = || format!("{flag} {s:?}: expected ADDR=PATH");
+    let (a, p) = s.split_once('=').ok_or_else(bad)?;
+    let addr = a.parse::<IpAddr>().map_err(|_| bad())?;
+    if p.is_empty() {
+        return Err(bad());
+    }
+    Ok((addr, PathBuf::from(p)))
+}
+
+/// The `[[host]]` tables and the `--host-key` flags, keys read: every problem noted.
+fn hosts(args: &Args, file: &FileConf, p: &mut Problems) -> Vec<HostKey> {
+    let mut confs = file.host.clone();
+    for f in &args.host_keys {
+        if let Some((addr, path)) = p.take(parse_host_flag(f, "--host-key").map(Some), None) {
+            confs.push(HostConf {
+                name: addr.to_string(),
+                address: addr,
+                secret_file: path,
+                target_secret_file: None,
+            });
+        }
+    }
+    for f in &args.host_target_keys {
+        let Some((addr, path)) = p.take(parse_host_flag(f, "--host-target-key").map(Some), None)
+        else {
+            continue;
+        };
+        match confs.iter_mut().find(|h| h.address == addr) {
+            Some(h) => h.target_secret_file = Some(path),
+            None => p.add(format!(
+                "--host-target-key {f:?}: no --host-key or [[host]] for {addr}"
+            )),
+        }
+    }
+    let mut out: Vec<HostKey> = Vec::new();
+    for h in confs {
+        let addr = h.address.to_canonical();
+        if out.iter().any(|o| o.addr == addr) {
+            p.add(format!(
+                "host {} ({addr}): the address has two keys",
+                h.name
+            ));
+            continue;
+        }
+        let whose = format!("host {}", h.name);
+        let Some(client) = p.take(read_secret(&whose, &h.secret_file).map(Some), None) else {
+            continue;
+        };
+        let target = match &h.target_secret_file {
+            Some(t) => match p.take(read_secret(&whose, t).map(Some), None) {
+                Some(k) => k,
+                None => continue,
+            },
+            None => client.clone(),
+        };
+        out.push(HostKey {
+            name: h.name,
+            addr,
+            keys: Keys { client, target },
+        });
+    }
+    out
 }
 
 /// The RDMA local ACK timeout exponent's default: 4.096 us * 2^17, about 0.54 s, what
@@ -532,18 +641,16 @@ impl Config {
             kinds,
             every: every.max(1),
         };
-        let listen_given = args.listen.or(file.listen);
-        let listen = listen_given.unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        let mut allow_any = allow_any;
-        if allow.is_empty() && !allow_any {
-            match listen_given {
-                // A specific address: the operator chose who can reach it.
-                Some(a) if !a.is_unspecified() => allow_any = true,
-                _ if !file_read => {}
-                _ => p.add(
-                    "no allow-list: give --allow (or allow = [..]), --listen with a specific address, or --allow-any to let any client attach",
-                ),
-            }
+        let listen = args
+            .listen
+            .or(file.listen)
+            .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        // Who may attach is never implied by where the target listens: a specific address is
+        // still reachable from every host routed to it.
+        if allow.is_empty() && !allow_any && file_read {
+            p.add(
+                "no allow-list: give --allow (or allow = [..]) with the clients' addresses, or --allow-any to let any client that reaches the target attach",
+            );
         }
         if allow_any && !allow.is_empty() {
             p.add("allow_any and an allow-list exclude each other");
@@ -588,7 +695,10 @@ impl Config {
                 .find(|(n, _)| *n == e.name)
                 .map(|(_, p)| PathBuf::from(p));
             let secret = match flag.as_ref().or(e.secret_file.as_ref()) {
-                Some(path) => p.take(read_secret(&e.name, path).map(Some), None),
+                Some(path) => p.take(
+                    read_secret(&format!("export {}", e.name), path).map(Some),
+                    None,
+                ),
                 None => None,
             };
             let exclusive = if args.exclusive.contains(&e.name) {
@@ -605,6 +715,7 @@ impl Config {
                 allow: e.allow.clone(),
                 exclusive,
                 secret,
+                insecure: args.insecure.contains(&e.name) || e.insecure.unwrap_or(false),
             });
         }
         let buffer_memory = p.take(
@@ -706,7 +817,7 @@ impl Config {
                 0,
                 3600,
             ),
-            stats_file: args.stats_file.clone().or(file.stats_file),
+            stats_file: args.stats_file.clone().or(file.stats_file.clone()),
             log_level,
             corrupt_read_every: args
                 .corrupt_read_every
@@ -721,6 +832,7 @@ impl Config {
             refuse_rdma_file: args.refuse_rdma_file.clone(),
             stall_sector: args.stall_sector,
             grant_no_credits: args.grant_no_credits,
+            hosts: hosts(args, &file, &mut p),
             exports: specs,
         };
         if exports.is_empty() && file_read {
@@ -734,6 +846,7 @@ impl Config {
         for (flag, list) in [
             ("--no-exclusive", &args.no_exclusive),
             ("--exclusive", &args.exclusive),
+            ("--insecure", &args.insecure),
         ] {
             for n in list
                 .iter()
@@ -773,6 +886,7 @@ mod tests {
     fn base() -> Args {
         Args {
             listen: Some("127.0.0.1".parse().unwrap()),
+            allow: vec!["127.0.0.1".into()],
             exports: vec!["a=/tmp/a.img".into()],
             ..Args::default()
         }
@@ -841,14 +955,23 @@ read_only = true
             exports: vec!["a=/tmp/a.img".into()],
             ..Args::default()
         };
+        assert!(Config::load(&any).is_err());
+        let specific = Args {
+            listen: Some("192.0.2.2".parse().unwrap()),
+            exports: vec!["a=/tmp/a.img".into()],
+            ..Args::default()
+        };
         assert!(
-            Config::load(&any).is_err(),
-            "0.0.0.0 is not a specific address"
+            Config::load(&specific)
+                .unwrap_err()
+                .contains("no allow-list"),
+            "a specific address admits nobody by itself: anyone routed to it would reach it"
         );
         let c = Config::load(&base()).unwrap();
-        assert!(c.allow_any, "a specific address admits whoever reaches it");
+        assert!(!c.allow_any);
         let c = Config::load(&Args {
             allow_any: true,
+            allow: Vec::new(),
             listen: None,
             ..base()
         })
@@ -873,7 +996,7 @@ read_only = true
         std::fs::write(
             &p,
             format!(
-                "listen = \"127.0.0.1\"\n[[export]]\nname = \"a\"\npath = \"/tmp/a\"\nsecret_file = \"{}\"\n",
+                "listen = \"127.0.0.1\"\nallow = [\"127.0.0.1\"]\n[[export]]\nname = \"a\"\npath = \"/tmp/a\"\nsecret_file = \"{}\"\n",
                 key.display()
             ),
         )
@@ -900,6 +1023,7 @@ read_only = true
             &p,
             r#"
 listen = "127.0.0.1"
+allow = ["127.0.0.1"]
 hostile = ["bad_status", "late-write", "bad_status"]
 hostile_every = 5
 [[export]]
@@ -981,7 +1105,7 @@ path = "/tmp/a.img"
         let dir = tempfile::tempdir().unwrap();
         let off = file(
             dir.path(),
-            "listen = \"127.0.0.1\"\nno_rdma = true\nno_tcp = true\ndirect = false",
+            "listen = \"127.0.0.1\"\nallow_any = true\nno_rdma = true\nno_tcp = true\ndirect = false",
         );
         let c = Config::load(&Args {
             config: Some(off.clone()),
@@ -998,7 +1122,10 @@ path = "/tmp/a.img"
             c.exports[0].exclusive,
             "--exclusive wins over exclusive = false"
         );
-        let on = file(dir.path(), "listen = \"127.0.0.1\"\ndirect = true");
+        let on = file(
+            dir.path(),
+            "listen = \"127.0.0.1\"\nallow_any = true\ndirect = true",
+        );
         let c = Config::load(&Args {
             config: Some(on),
             no_rdma: true,
@@ -1063,7 +1190,7 @@ path = "/tmp/a.img"
     #[test]
     fn exports_from_flags_are_added_and_names_stay_unique() {
         let dir = tempfile::tempdir().unwrap();
-        let f = file(dir.path(), "listen = \"127.0.0.1\"");
+        let f = file(dir.path(), "listen = \"127.0.0.1\"\nallow_any = true");
         let c = Config::load(&Args {
             config: Some(f.clone()),
             exports_ro: vec!["b=b.img".into()],
@@ -1135,16 +1262,23 @@ path = "/tmp/a.img"
             .join("\n");
         let parsed: FileConf = toml::from_str(&all).unwrap();
         assert_eq!(parsed.export.len(), 2);
+        assert_eq!(parsed.host.len(), 1);
         let top = known_keys("zzz = 1");
         let export = known_keys("[[export]]\nname = \"a\"\npath = \"p\"\nzzz = 1");
-        assert!(top.len() > 20 && export.len() == 6, "{top:?} {export:?}");
-        for k in top.iter().chain(&export) {
+        let host = known_keys(
+            "[[host]]\nname = \"a\"\naddress = \"192.0.2.1\"\nsecret_file = \"k\"\nzzz = 1",
+        );
+        assert!(
+            top.len() > 20 && export.len() == 7 && host.len() == 4,
+            "{top:?} {export:?} {host:?}"
+        );
+        for k in top.iter().chain(&export).chain(&host) {
             let set = |l: &str| {
                 l.trim_start_matches('#').starts_with(&format!("{k} =")) || l == format!("[[{k}]]")
             };
             assert!(text.lines().any(set), "the example does not show {k}");
         }
-        // Valid as a whole: only the secret file, which is not on this host, is missing.
+        // Valid as a whole: only the key files, which are not on this host, are missing.
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("example.toml");
         std::fs::write(&p, text).unwrap();
@@ -1155,7 +1289,7 @@ path = "/tmp/a.img"
             Ok(c) => assert!(c.exports[0].secret.is_some()),
             Err(problems) => {
                 assert!(
-                    problems.0.iter().all(|e| e.contains("secret file")),
+                    problems.0.iter().all(|e| e.contains("key file")),
                     "{problems}"
                 )
             }

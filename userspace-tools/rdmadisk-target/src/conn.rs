@@ -25,6 +25,10 @@ use rdmadisk_proto::wire::{Opcode, Request, Status, SECTOR_SHIFT};
 use crate::backing::IoOp;
 use crate::engine::Target;
 use crate::export::{Export, Hold};
+
+/// Why a trusted connection is reset when an exclusive export was taken meanwhile (between
+/// its Hello and its proof or first request).
+pub const TAKEN: &str = "the export was attached read-write by another host meanwhile";
 use crate::fence_table::{ConnFence, Ticket};
 use crate::pool::{Buf, Pool};
 use crate::ring::{Done, Ring};
@@ -137,8 +141,10 @@ pub struct Core {
     /// The connection may modify the export (`Attached::writes`).
     writes: bool,
     /// Keeps an exclusive export held (until the last write of this connection is over,
-    /// reaper included).
+    /// reaper included); taken once the client is trusted ([`Core::confirm`]).
     hold: Option<Hold>,
+    /// The client is trusted: it proved its key, or (without a key) its first request came.
+    confirmed: bool,
     /// A poll of the target's stop eventfd is on the ring.
     stop_polled: bool,
     /// When teardown stops waiting for the ring (set by the first [`Core::drain`]).
@@ -154,7 +160,6 @@ impl Core {
         t: Arc<Target>,
         export: Arc<Export>,
         fence: ConnFence,
-        hold: Option<Hold>,
         writes: bool,
         pool: Arc<Pool>,
         slots: usize,
@@ -179,22 +184,28 @@ impl Core {
             to_answer: VecDeque::new(),
             starved: false,
             writes,
-            hold,
+            hold: None,
+            confirmed: false,
             drain_until: None,
         })
     }
 
-    /// Holds the export for a connection that has just authenticated (see
-    /// `Export::may_hold`); false if another host took it meanwhile (counted).
-    pub fn confirm_hold(&mut self) -> bool {
-        if self.hold.is_some() {
-            return true;
+    /// The client is trusted from now on (it proved its key; or, with no key, its first
+    /// request came, so the connection is really up): the connection takes its place in the
+    /// export's exclusive hold. Before this it has built nothing a half-open connection or
+    /// a client that never authenticates could keep from others. `Err` if another host took
+    /// the export meanwhile (counted): the connection must go.
+    pub fn confirm(&mut self) -> Result<(), &'static str> {
+        if self.confirmed {
+            return Ok(());
         }
         self.hold = self.export.hold(self.fence.ip, self.writes);
         if self.hold.is_none() {
             Stats::inc(&self.t.stats.exclusive_refusals);
+            return Err(TAKEN);
         }
-        self.hold.is_some()
+        self.confirmed = true;
+        Ok(())
     }
 
     /// A free slot, if any.
@@ -216,8 +227,15 @@ impl Core {
     }
 
     /// A request arrived in slot `i` (free). `data`: a write's data, already received (TCP);
-    /// otherwise the slot gets a buffer and the transport fetches it.
-    pub fn start(&mut self, i: usize, req: Request, data: Option<Buf>) {
+    /// otherwise the slot gets a buffer and the transport fetches it. `Err`: the connection
+    /// must go (see [`Core::confirm`]); the slot stays free.
+    pub fn start(&mut self, i: usize, req: Request, data: Option<Buf>) -> Result<(), &'static str> {
+        self.confirm()?;
+        self.begin(i, req, data);
+        Ok(())
+    }
+
+    fn begin(&mut self, i: usize, req: Request, data: Option<Buf>) {
         let s = &mut self.slots[i];
         debug_assert_eq!(s.stage, Stage::Free);
         s.req = req;
@@ -268,6 +286,21 @@ impl Core {
                 let st = match self.enter(false) {
                     Some(_) => Status::Ok,
                     None => Status::Fenced,
+                };
+                self.answer(i, st);
+            }
+            Opcode::Close => {
+                let st = match self.enter(false).map(|_ticket| self.fence.close()) {
+                    Some(Ok(())) => {
+                        log::info!(
+                            "{} {}: session {} closed; its fence goes once its connections are gone",
+                            self.fence.ip,
+                            self.fence.export,
+                            self.fence.session
+                        );
+                        Status::Ok
+                    }
+                    _ => Status::Fenced,
                 };
                 self.answer(i, st);
             }

@@ -1,22 +1,22 @@
-//! What every connection shares: the exports, who may attach, the fences, the buffer budget,
-//! the limits, the counters; and the transport-independent handling of a Hello and of a
-//! request's admission.
+//! What every connection shares: the exports, who may attach, the keys, the fences, the buffer
+//! budget, the limits, the counters; and the transport-independent handling of a Hello, of an
+//! authentication and of a request's admission.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rdmadisk_net::allow::AllowList;
-use rdmadisk_proto::auth;
+use rdmadisk_proto::auth::{self, Endpoint, Secret, Side, Transcript};
 use rdmadisk_proto::wire::{
-    features, hello_flags, AuthRequest, Hello, HelloReply, HelloStatus, Opcode, Request, Response,
-    Status, CHALLENGE_LEN, SECTOR_SHIFT, SECTOR_SIZE,
+    features, hello_flags, AuthReply, AuthRequest, Hello, HelloReply, HelloStatus, Opcode, Request,
+    Response, Status, CHALLENGE_LEN, SECTOR_SHIFT, SECTOR_SIZE,
 };
 
-use crate::export::{Export, Exports, Hold};
+use crate::export::{Export, Exports};
 use crate::fence_table::{ConnFence, FenceTable, Refusal, FENCE_TABLE_CAP};
 use crate::hostile::{Hostile, Kind};
 use crate::pool::Budget;
@@ -70,41 +70,112 @@ pub struct Limits {
     pub grant_no_credits: bool,
 }
 
-/// What a connection gets from a successful attach.
+/// The keys of a connection that must authenticate: the client proves `client`, the target
+/// proves `target` (the same key unless a separate one is configured, as DH-HMAC-CHAP's
+/// controller key).
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub client: Secret,
+    pub target: Secret,
+}
+
+/// A client host with a key of its own (`[[host]]`): it authenticates with it on every
+/// export, whatever the export's own secret.
+#[derive(Clone, Debug)]
+pub struct HostKey {
+    pub name: String,
+    pub addr: IpAddr,
+    pub keys: Keys,
+}
+
+/// What a connection gets from a successful attach. Nothing in it holds anything of the
+/// target's shared state yet: the exclusive hold and the fence are taken once the client is
+/// trusted (`Core::confirm`, and the first request).
 pub struct Attached {
     pub export: Arc<Export>,
     pub fence: ConnFence,
-    /// Keeps an exclusive export held while the connection lives; `None` until a connection
-    /// that must authenticate has (see [`Export::may_hold`]).
-    pub hold: Option<Hold>,
     /// The connection may modify the export: a client session (not a probe, session 0, which
     /// is never fenced) that did not ask for read-only, on a writable export.
     pub writes: bool,
-    /// The export requires authentication: the connection serves nothing until the client
-    /// answers this challenge (sent in the HelloReply).
+    /// A key protects the connection: it serves nothing until the client answers this
+    /// challenge (sent in the HelloReply).
     pub challenge: Option<Challenge>,
 }
 
-/// What a client must prove on a connection to an export with a secret.
+/// What a client must prove on a connection that a key protects, and what the target proves
+/// back.
 pub struct Challenge {
     pub nonce: [u8; CHALLENGE_LEN],
+    keys: Keys,
     hello: Hello,
+    client: Endpoint,
+    target: Endpoint,
 }
 
 impl Challenge {
-    /// Whether `a` proves knowledge of `e`'s secret for this connection. Counted if not.
-    pub fn check(&self, t: &Target, e: &Export, a: &AuthRequest) -> bool {
-        let Some(secret) = &e.secret else {
-            return false;
-        };
-        let want = auth::proof(secret.as_bytes(), &self.nonce, &self.hello);
+    /// Checks `a`'s proof; on success, the reply carrying the target's own proof, else the
+    /// Denied one (counted).
+    pub fn answer(&self, t: &Target, a: &AuthRequest) -> (bool, AuthReply) {
+        let tr = Transcript::new(&self.hello, self.nonce, a.nonce, self.client, self.target);
+        let want = auth::proof(self.keys.client.as_bytes(), Side::Client, &tr);
         let ok = auth::proofs_equal(&want, &a.proof);
         if !ok {
             Stats::inc(&t.stats.auth_failures);
         }
-        ok
+        let proof = if ok {
+            auth::proof(self.keys.target.as_bytes(), Side::Target, &tr)
+        } else {
+            [0; auth::MAC_LEN]
+        };
+        let reply = AuthReply {
+            tag: a.tag,
+            status: if ok { Status::Ok } else { Status::Denied },
+            credits: 1,
+            proof,
+        };
+        (ok, reply)
     }
 }
+
+/// One end of a connection as the proofs see it.
+pub fn endpoint(a: SocketAddr) -> Endpoint {
+    match a.ip().to_canonical() {
+        IpAddr::V4(v4) => Endpoint::v4(v4.octets(), a.port()),
+        IpAddr::V6(v6) => Endpoint::v6(v6.octets(), a.port()),
+    }
+}
+
+/// Why a Hello was refused: the reply's status (with the fence's session for `Stale`) and a
+/// line for the log.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: HelloStatus,
+    pub floor: u32,
+    pub why: String,
+}
+
+impl Refused {
+    fn new(status: HelloStatus, why: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            floor: 0,
+            why: why.into(),
+        }
+    }
+
+    /// The HelloReply that carries the refusal.
+    pub fn reply(&self) -> HelloReply {
+        HelloReply {
+            session_floor: self.floor,
+            ..HelloReply::rejected(self.status)
+        }
+    }
+}
+
+/// Ports below this one only a privileged process may bind (Linux's
+/// `net.ipv4.ip_unprivileged_port_start`, and rdma_cm's fixed `PROT_SOCK`): a connection
+/// from one comes from root on its host, as NFS's `secure` export option has it.
+pub const RESERVED_PORT_END: u16 = 1024;
 
 /// Random bytes from the kernel (a challenge must not be guessable).
 fn random_nonce() -> [u8; CHALLENGE_LEN] {
@@ -177,10 +248,12 @@ pub struct Target {
     pub stats: Stats,
     pub budget: Arc<Budget>,
     pub shutdown: AtomicBool,
+    /// Client hosts with keys of their own, by address.
+    hosts: HashMap<IpAddr, HostKey>,
     /// Readable once the target stops (an eventfd): every thread that waits includes it, so
     /// that an idle one can sleep until something happens rather than wake to look.
     stop: Option<Wake>,
-    fences: FenceTable,
+    pub fences: Arc<FenceTable>,
     connections: AtomicUsize,
     per_host: Mutex<HashMap<IpAddr, usize>>,
     /// Which hostile kind acts next, across connections (see `hostile::Chooser`).
@@ -192,6 +265,7 @@ pub struct Target {
 impl Target {
     pub fn new(
         exports: Vec<Export>,
+        hosts: Vec<HostKey>,
         allow: AllowList,
         allow_any: bool,
         limits: Limits,
@@ -208,6 +282,10 @@ impl Target {
             stats: Stats::default(),
             budget,
             shutdown: AtomicBool::new(false),
+            hosts: hosts
+                .into_iter()
+                .map(|h| (h.addr.to_canonical(), h))
+                .collect(),
             stop: stop_wake(),
             fences: FenceTable::new(FENCE_TABLE_CAP),
             connections: AtomicUsize::new(0),
@@ -278,102 +356,143 @@ impl Target {
         })
     }
 
-    /// Decides on a Hello from `peer`: the export to serve and the connection's fence, or the
-    /// refusal status and why. Refusals for fencing reasons are logged here.
+    /// The keys that protect a connection from `ip` to `e`: the host's own, if it has one,
+    /// else the export's shared secret; `None` if neither.
+    fn keys_for(&self, ip: Option<IpAddr>, e: &Export) -> Option<Keys> {
+        if let Some(h) = ip.and_then(|ip| self.hosts.get(&ip.to_canonical())) {
+            return Some(h.keys.clone());
+        }
+        e.secret.as_ref().map(|s| Keys {
+            client: s.clone(),
+            target: s.clone(),
+        })
+    }
+
+    /// Decides on a Hello from `peer` (reached at `local`): the export to serve and the
+    /// connection's place in its fence, or the refusal. Builds nothing that outlives a
+    /// refused or abandoned connection: the client is not trusted yet (a key's proof is still
+    /// to come, or, for an export without a key, its first request has not shown that the
+    /// connection is up).
     pub fn attach(
         &self,
-        peer: Option<IpAddr>,
+        peer: Option<SocketAddr>,
+        local: Option<SocketAddr>,
         hello: &Hello,
-    ) -> Result<Attached, (HelloStatus, String)> {
-        let ip = peer.map(|p| p.to_canonical());
+    ) -> Result<Attached, Refused> {
+        let ip = peer.map(|p| p.ip().to_canonical());
         match ip {
             Some(ip) if self.admits(ip) => {}
             None if self.allow_any => {}
             _ => {
-                return Err((
+                return Err(Refused::new(
                     HelloStatus::NotAllowed,
-                    "address not on the allow-list".into(),
+                    "address not on the allow-list",
                 ))
             }
         }
         if self.stopping() {
-            return Err((HelloStatus::Busy, "the target is shutting down".into()));
+            return Err(Refused::new(
+                HelloStatus::Busy,
+                "the target is shutting down",
+            ));
         }
         if hello.flags & !hello_flags::ALL != 0 {
-            return Err((HelloStatus::Invalid, "unknown Hello flags".into()));
+            return Err(Refused::new(HelloStatus::Invalid, "unknown Hello flags"));
         }
         if hello.queue_count == 0 || hello.queue_id >= hello.queue_count {
-            return Err((HelloStatus::Invalid, "bad queue numbers".into()));
+            return Err(Refused::new(HelloStatus::Invalid, "bad queue numbers"));
         }
         let export = self
             .exports
             .get(hello.export.as_str())
             .cloned()
-            .ok_or((HelloStatus::NoSuchExport, "no such export".into()))?;
+            .ok_or(Refused::new(HelloStatus::NoSuchExport, "no such export"))?;
         if let Some(ip) = ip {
             if !export.allows(ip) {
-                return Err((
+                return Err(Refused::new(
                     HelloStatus::NotAllowed,
                     format!("address not on the allow-list of export {}", export.name),
                 ));
             }
         }
+        let keys = self.keys_for(ip, &export);
+        if keys.is_none() && !export.insecure {
+            // No key: the client host's root is the one to trust, and only root binds a
+            // reserved port. Anyone else on that host is refused here, before anything is
+            // built, whatever session it claims.
+            match peer.map(|p| p.port()) {
+                Some(port) if port < RESERVED_PORT_END => {}
+                port => {
+                    Stats::inc(&self.stats.unreserved_port_refusals);
+                    return Err(Refused::new(
+                        HelloStatus::NotAllowed,
+                        format!(
+                            "export {} has no key, and the connection comes from {}: only a privileged process (a port below {RESERVED_PORT_END}) may attach it",
+                            export.name,
+                            port.map_or("an unknown port".into(), |p| format!("port {p}"))
+                        ),
+                    ));
+                }
+            }
+        }
         // Peers whose address could not be told share one fence (and one hold): they may then
         // fence each other (failed writes, reported), where not fencing them could let an old
         // write land over a newer one (silent corruption).
-        let ip = ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let ip = ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
         let writes =
             hello.session_id != 0 && hello.flags & hello_flags::READ_ONLY == 0 && !export.read_only;
-        let busy = || {
+        if !export.may_hold(ip, writes) {
             Stats::inc(&self.stats.exclusive_refusals);
-            (
+            return Err(Refused::new(
                 HelloStatus::Busy,
                 format!(
                     "export {} is attached read-write by {} (exclusive)",
                     export.name,
                     export.holder().map_or("?".into(), |h| h.to_string())
                 ),
-            )
-        };
-        let hold = if export.secret.is_some() {
-            if !export.may_hold(ip, writes) {
-                return Err(busy());
-            }
-            None
+            ));
+        }
+        // Only writers are fenced: a read-only session, like a probe, can land nothing.
+        let (session, epoch) = if writes {
+            (hello.session_id, hello.epoch)
         } else {
-            Some(export.hold(ip, writes).ok_or_else(busy)?)
+            (0, 0)
         };
-        let (session, epoch) = (hello.session_id, hello.epoch);
-        let challenge = export.secret.as_ref().map(|_| Challenge {
-            nonce: random_nonce(),
-            hello: *hello,
-        });
-        match self.fences.attach(ip, &export.name, session, epoch) {
-            Ok(fence) => Ok(Attached {
-                export,
-                fence,
-                hold,
-                writes,
-                challenge,
-            }),
+        match self.fences.admit(ip, &export.name, session, epoch) {
+            Ok(()) => {}
             Err(Refusal::Full) => {
                 Stats::inc(&self.stats.fence_table_full);
-                Err((
+                return Err(Refused::new(
                     HelloStatus::Busy,
                     format!("the fence table is full ({FENCE_TABLE_CAP} address/export pairs)"),
-                ))
+                ));
             }
             Err(Refusal::Stale { current }) => {
                 Stats::inc(&self.stats.stale_hellos);
                 let (cs, ce) = current.unwrap_or((0, 0));
-                Err((
-                    HelloStatus::Stale,
-                    format!(
+                return Err(Refused {
+                    status: HelloStatus::Stale,
+                    floor: cs,
+                    why: format!(
                         "stale hello: session {session} epoch {epoch}, but the fence is at session {cs} epoch {ce}"
                     ),
-                ))
+                });
             }
         }
+        let challenge = keys.map(|keys| Challenge {
+            nonce: random_nonce(),
+            keys,
+            hello: *hello,
+            client: peer.map(endpoint).unwrap_or_default(),
+            target: local.map(endpoint).unwrap_or_default(),
+        });
+        let fence = self.fences.conn(ip, export.name_arc(), session, epoch);
+        Ok(Attached {
+            export,
+            fence,
+            writes,
+            challenge,
+        })
     }
 
     /// Counts one hostile act.
@@ -405,18 +524,7 @@ impl Target {
             challenge: challenge.map_or([0; CHALLENGE_LEN], |c| c.nonce),
             // Set by the RDMA transport, which sizes its receives for it.
             max_inline: 0,
-        }
-    }
-
-    /// The answer to an authentication.
-    pub fn auth_response(&self, a: &AuthRequest, ok: bool) -> Response {
-        Response {
-            tag: a.tag,
-            status: if ok { Status::Ok } else { Status::Denied },
-            credits: 1,
-            data_crc: 0,
-            length: 0,
-            rkey: 0,
+            session_floor: 0,
         }
     }
 
@@ -433,9 +541,10 @@ impl Target {
             Opcode::Discard => &s.discards,
             Opcode::WriteZeroes => &s.write_zeroes,
             Opcode::Nop => &s.nops,
+            Opcode::Close => &s.closes,
         });
         let bs = u64::from(e.geometry.block_size);
-        let aligned = matches!(req.opcode, Opcode::Flush | Opcode::Nop)
+        let aligned = matches!(req.opcode, Opcode::Flush | Opcode::Nop | Opcode::Close)
             || ((req.sector << SECTOR_SHIFT) % bs == 0 && u64::from(req.length) % bs == 0);
         req.validate(e.capacity_sectors(), self.limits.max_io_bytes, read_only)
             .and(if aligned {

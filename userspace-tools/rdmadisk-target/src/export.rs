@@ -19,8 +19,12 @@ pub struct Export {
     /// Clients allowed on this export (besides the target-wide list); `None`: any the
     /// target admits.
     pub allow: Option<AllowList>,
-    /// A client must prove it knows this secret before anything is served.
+    /// A client must prove it knows this secret before anything is served (unless its host
+    /// has a key of its own, which it proves instead).
     pub secret: Option<Secret>,
+    /// Without a key, a client may attach from any port, not only a reserved one (NFS's
+    /// `insecure`): any process of an allowed host may then read, write and fence the export.
+    pub insecure: bool,
     /// Read-write attachment is exclusive to one client host at a time.
     pub exclusive: bool,
     /// The host holding the export read-write, and its connections (exclusive exports).
@@ -65,6 +69,7 @@ impl Export {
         read_only: bool,
         allow: Option<AllowList>,
         secret: Option<Secret>,
+        insecure: bool,
         exclusive: bool,
     ) -> Export {
         let geometry = backing.geometry();
@@ -75,10 +80,16 @@ impl Export {
             geometry,
             allow,
             secret,
+            insecure,
             exclusive,
             owner: Mutex::new(None),
             error: AtomicI32::new(0),
         }
+    }
+
+    /// The name, as the fence table keys it.
+    pub fn name_arc(&self) -> Arc<str> {
+        Arc::from(self.name.as_str())
     }
 
     /// Capacity in 512-byte sectors.
@@ -188,7 +199,15 @@ mod tests {
 
     #[test]
     fn exclusive_read_write_is_one_host_at_a_time() {
-        let e = Arc::new(Export::new("e", Box::new(Null), false, None, None, true));
+        let e = Arc::new(Export::new(
+            "e",
+            Box::new(Null),
+            false,
+            None,
+            None,
+            false,
+            true,
+        ));
         let a1 = e.hold(ip("10.0.0.1"), true).unwrap();
         let a2 = e.hold(ip("::ffff:10.0.0.1"), true).unwrap();
         assert!(e.hold(ip("10.0.0.2"), true).is_none());
@@ -204,14 +223,22 @@ mod tests {
         drop(a2);
         assert_eq!(e.holder(), None);
         assert!(e.hold(ip("10.0.0.2"), true).is_some());
-        let shared = Arc::new(Export::new("s", Box::new(Null), false, None, None, false));
+        let shared = Arc::new(Export::new(
+            "s",
+            Box::new(Null),
+            false,
+            None,
+            None,
+            false,
+            false,
+        ));
         let _x = shared.hold(ip("10.0.0.1"), true).unwrap();
         assert!(shared.hold(ip("10.0.0.2"), true).is_some());
     }
 
     #[test]
     fn errors_stick() {
-        let e = Export::new("e", Box::new(Null), false, None, None, true);
+        let e = Export::new("e", Box::new(Null), false, None, None, false, true);
         assert_eq!(e.error(), None);
         e.record_error(libc::EIO);
         e.record_error(libc::ENOSPC);

@@ -1,5 +1,17 @@
 //! The target's side of the fencing rule of `rdmadisk_proto::fence`: one [`Fence`] per client
-//! address and export, consulted at attach and on every request.
+//! address and export, consulted at attach and on every request (docs/design.md, "The fence
+//! invariant").
+//!
+//! A fence is made only by the first request of a connection that has been admitted as its
+//! client (authenticated by a key, or from a reserved port; `engine.rs`): a Hello, an
+//! authentication under way, or a connection that never establishes builds nothing here.
+//! Since sessions are ordered, a fence is two numbers, whatever the history. It goes when the
+//! client closes its session ([`wire::Opcode::Close`], a normal unmap: the client promises
+//! that no session of its at or below that one will attach again) and no connection or
+//! request uses it any more. Without a close (a client that crashed, a forced unmap), it stays
+//! for the target's life: the target cannot know whether a session it superseded is still
+//! alive somewhere, and forgetting the fence would let such a session write again. The
+//! table's cap bounds that; a full table refuses new (address, export) pairs only.
 //!
 //! Requests are applied asynchronously (io_uring), so the rule cannot rest on a lock held
 //! while a request applies. Instead each fence counts the requests applying under it, per
@@ -11,26 +23,28 @@
 //! fence, no request of an older set is still being applied, and none will be. Many requests
 //! of the current set apply in parallel, and a stream of them never holds a move up: only older
 //! generations are waited for.
+//!
+//! [`wire::Opcode::Close`]: rdmadisk_proto::wire::Opcode::Close
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use rdmadisk_proto::fence::{Fence, Verdict};
 
-/// Fences the target keeps at most. Entries live as long as the target (a fence must outlive
-/// its connections, or an old epoch could attach again), so the table is bounded instead:
-/// distinct (client address, export) pairs are few in any real deployment.
-pub const FENCE_TABLE_CAP: usize = 4096;
+/// Fences the target keeps at most: one per (client address, export) pair whose client has
+/// sent a request and not closed its session. A few dozen bytes each.
+pub const FENCE_TABLE_CAP: usize = 65_536;
 
-type Key = (IpAddr, String);
+type Key = (IpAddr, Arc<str>);
 
 /// One fence and the requests applying under it.
-#[derive(Default)]
 struct Gate {
+    key: Key,
+    table: Weak<FenceTable>,
     state: Mutex<GateState>,
     drained: Condvar,
 }
@@ -38,12 +52,33 @@ struct Gate {
 #[derive(Default)]
 struct GateState {
     fence: Fence,
+    /// The fence's session has closed (a normal unmap): the fence goes once nothing uses it.
+    closed: bool,
     generation: u64,
     /// Tickets out, by generation and connection (only those with tickets out have an entry).
     applying: BTreeMap<u64, BTreeMap<u64, u64>>,
     /// Fence moves waiting for older tickets: a ticket's end wakes them only when there are
     /// some (a wake is a system call, on every request otherwise).
     movers: usize,
+}
+
+/// Gives back one use of `gate` (a connection's or a ticket's). The last use of a closed
+/// fence takes it out of the table: nothing can take the gate meanwhile, since gates are
+/// handed out under the table's lock, which is held here.
+fn release(gate: Arc<Gate>) {
+    let Some(table) = gate.table.upgrade() else {
+        return;
+    };
+    let mut map = table.entries.lock().unwrap_or_else(PoisonError::into_inner);
+    let closed = gate
+        .state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .closed;
+    // Two: the table's and ours.
+    if closed && Arc::strong_count(&gate) == 2 {
+        map.remove(&gate.key);
+    }
 }
 
 /// Tells connections apart in a gate's counts.
@@ -55,7 +90,7 @@ pub struct FenceTable {
     cap: usize,
 }
 
-/// Why [`FenceTable::attach`] refused a Hello.
+/// Why [`FenceTable::admit`] refused a Hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// A new (address, export) pair, and the table is full.
@@ -64,17 +99,28 @@ pub enum Refusal {
     Stale { current: Option<(u32, u32)> },
 }
 
-/// One connection's place in the table: its fence and its (session, epoch).
+/// One connection's place in the table: its fence (made at its first request) and its
+/// (session, epoch).
 pub struct ConnFence {
-    /// `None` for session 0, which is never fenced and moves nothing.
+    table: Arc<FenceTable>,
+    /// `None` until the first request (and for ever for session 0, which is never fenced and
+    /// moves nothing).
     gate: Option<Arc<Gate>>,
     /// This connection, in the gate's counts.
     id: u64,
     pub ip: IpAddr,
-    pub export: String,
+    pub export: Arc<str>,
     pub session: u32,
     pub epoch: u32,
     fenced_seen: Cell<bool>,
+}
+
+impl Drop for ConnFence {
+    fn drop(&mut self) {
+        if let Some(g) = self.gate.take() {
+            release(g);
+        }
+    }
 }
 
 /// What [`ConnFence::run`] did.
@@ -100,24 +146,27 @@ pub struct Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let Some(g) = &self.gate else {
+        let Some(g) = self.gate.take() else {
             return;
         };
-        let mut st = g.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(by_conn) = st.applying.get_mut(&self.generation) {
-            if let Some(n) = by_conn.get_mut(&self.conn) {
-                *n -= 1;
-                if *n == 0 {
-                    by_conn.remove(&self.conn);
+        {
+            let mut st = g.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(by_conn) = st.applying.get_mut(&self.generation) {
+                if let Some(n) = by_conn.get_mut(&self.conn) {
+                    *n -= 1;
+                    if *n == 0 {
+                        by_conn.remove(&self.conn);
+                    }
+                }
+                if by_conn.is_empty() {
+                    st.applying.remove(&self.generation);
+                }
+                if st.movers > 0 {
+                    g.drained.notify_all();
                 }
             }
-            if by_conn.is_empty() {
-                st.applying.remove(&self.generation);
-            }
-            if st.movers > 0 {
-                g.drained.notify_all();
-            }
         }
+        release(g);
     }
 }
 
@@ -130,15 +179,14 @@ pub struct Fenced {
 }
 
 impl FenceTable {
-    pub fn new(cap: usize) -> FenceTable {
-        FenceTable {
+    pub fn new(cap: usize) -> Arc<FenceTable> {
+        Arc::new(FenceTable {
             entries: Mutex::new(HashMap::new()),
             cap,
-        }
+        })
     }
 
     /// Fences in the table.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries
             .lock()
@@ -146,49 +194,67 @@ impl FenceTable {
             .len()
     }
 
-    /// The fence of (`ip`, `export`) for a Hello of `session`/`epoch`, or why it may not attach.
-    pub fn attach(
-        &self,
-        ip: IpAddr,
-        export: &str,
-        session: u32,
-        epoch: u32,
-    ) -> Result<ConnFence, Refusal> {
-        // The RDMA and TCP listeners may see one client as IPv4 and as IPv4-mapped IPv6; a
-        // failover between them must find the same fence.
-        let ip = ip.to_canonical();
-        let conn = |gate| ConnFence {
-            gate,
-            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-            ip,
-            export: export.to_string(),
-            session,
-            epoch,
-            fenced_seen: Cell::new(false),
-        };
+    /// Whether a Hello of `session`/`epoch` from `ip` for `export` may attach. Makes nothing:
+    /// the connection's fence is made by its first request.
+    pub fn admit(&self, ip: IpAddr, export: &str, session: u32, epoch: u32) -> Result<(), Refusal> {
         if session == 0 {
-            return Ok(conn(None));
+            return Ok(());
         }
-        let gate = {
-            let mut map = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-            let key = (ip, export.to_string());
-            match map.get(&key) {
-                Some(f) => f.clone(),
-                None if map.len() >= self.cap => return Err(Refusal::Full),
-                None => map.entry(key).or_default().clone(),
-            }
+        let map = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(gate) = map.get(&(ip.to_canonical(), Arc::from(export))) else {
+            return if map.len() >= self.cap {
+                Err(Refusal::Full)
+            } else {
+                Ok(())
+            };
         };
         let f = gate
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .fence;
-        if !f.admit_hello(session, epoch) {
-            return Err(Refusal::Stale {
-                current: f.current(),
-            });
+        f.admit_hello(session, epoch).map_err(|_| Refusal::Stale {
+            current: f.current(),
+        })
+    }
+
+    /// A connection's place for `session`/`epoch` from `ip` on `export`; its fence is found,
+    /// or made, by its first request.
+    pub fn conn(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        export: Arc<str>,
+        session: u32,
+        epoch: u32,
+    ) -> ConnFence {
+        // The RDMA and TCP listeners may see one client as IPv4 and as IPv4-mapped IPv6; a
+        // failover between them must find the same fence.
+        ConnFence {
+            table: self.clone(),
+            gate: None,
+            id: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+            ip: ip.to_canonical(),
+            export,
+            session,
+            epoch,
+            fenced_seen: Cell::new(false),
         }
-        Ok(conn(Some(gate)))
+    }
+
+    /// The gate of `key`, made if there is none (beyond the cap if need be: the cap is
+    /// checked at attach, and only a connection admitted then gets here).
+    fn gate(self: &Arc<Self>, key: &Key) -> Arc<Gate> {
+        let mut map = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        map.entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(Gate {
+                    key: key.clone(),
+                    table: Arc::downgrade(self),
+                    state: Mutex::new(GateState::default()),
+                    drained: Condvar::new(),
+                })
+            })
+            .clone()
     }
 }
 
@@ -197,12 +263,24 @@ impl FenceTable {
 const MOVE_WAIT_LOG: Duration = Duration::from_secs(10);
 
 impl ConnFence {
+    /// This connection's gate, made at its first use; `None` for session 0.
+    fn gate(&mut self) -> Option<Arc<Gate>> {
+        if self.session == 0 {
+            return None;
+        }
+        if self.gate.is_none() {
+            let key = (self.ip, self.export.clone());
+            self.gate = Some(self.table.gate(&key));
+        }
+        self.gate.clone()
+    }
+
     /// Checks the fence for one request of this connection: moves the fence first if this
     /// connection is newer (waiting for every request of older sets still applying), and
     /// refuses a `modifies` request if this connection has been superseded. The ticket must
     /// be held until the request's I/O has completed.
-    pub fn begin(&self, modifies: bool) -> Result<Ticket, Fenced> {
-        let Some(gate) = &self.gate else {
+    pub fn begin(&mut self, modifies: bool) -> Result<Ticket, Fenced> {
+        let Some(gate) = self.gate() else {
             return Ok(Ticket {
                 gate: None,
                 generation: 0,
@@ -238,6 +316,8 @@ impl ConnFence {
                     let before = st.fence.current();
                     st.fence.advance(self.session, self.epoch);
                     moved |= st.fence.current() != before;
+                    // A newer set: whoever closed before is not the fence's session any more.
+                    st.closed = false;
                     st.generation += 1;
                     let newest = st.generation;
                     // Every request that began before the move must finish first, except this
@@ -273,10 +353,26 @@ impl ConnFence {
         }
     }
 
+    /// The client closes its session on this connection (a normal unmap): the fence may go
+    /// once nothing uses it. Only the fence's own session may close it: `Err` for a
+    /// superseded one, whose close must not let the newer session's fence go. Call it under
+    /// a ticket of [`ConnFence::begin`] (which moves the fence to this set first).
+    pub fn close(&mut self) -> Result<(), Fenced> {
+        let Some(gate) = self.gate() else {
+            return Ok(());
+        };
+        let mut st = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if st.fence.current() != Some((self.session, self.epoch)) {
+            return Err(Fenced { moved: false });
+        }
+        st.closed = true;
+        Ok(())
+    }
+
     /// Runs `apply`, the execution of one request of this connection, under the fence (see
     /// [`ConnFence::begin`]), synchronously.
     #[cfg(test)]
-    pub fn run<R>(&self, modifies: bool, apply: impl FnOnce() -> R) -> Outcome<R> {
+    pub fn run<R>(&mut self, modifies: bool, apply: impl FnOnce() -> R) -> Outcome<R> {
         match self.begin(modifies) {
             Ok(t) => {
                 let r = apply();
@@ -319,12 +415,26 @@ mod tests {
 
     const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
 
+    /// A Hello's check, then the connection's place, as the target does them.
+    fn attach(
+        t: &Arc<FenceTable>,
+        ip: IpAddr,
+        export: &str,
+        session: u32,
+        epoch: u32,
+    ) -> Result<ConnFence, Refusal> {
+        t.admit(ip, export, session, epoch)?;
+        Ok(t.conn(ip, Arc::from(export), session, epoch))
+    }
+
     #[test]
     fn attach_and_fence_per_address_and_export() {
         let t = FenceTable::new(16);
-        let e1 = t.attach(IP, "a", 7, 1).unwrap();
-        let e2 = t.attach(IP, "a", 7, 2).unwrap();
+        let mut e1 = attach(&t, IP, "a", 7, 1).unwrap();
+        let mut e2 = attach(&t, IP, "a", 7, 2).unwrap();
+        assert_eq!(t.len(), 0, "a Hello makes no fence");
         assert_eq!(e1.run(true, || 1).applied, Some(1));
+        assert_eq!(t.len(), 1, "the first request does");
         // The newer epoch moves the fence with its first request, whatever the opcode.
         assert_eq!(
             e2.run(false, || 2),
@@ -337,35 +447,40 @@ mod tests {
         assert_eq!(e1.run(true, || 3).applied, None);
         assert_eq!(e1.run(false, || 4).applied, Some(4), "reads are served");
         assert_eq!(
-            t.attach(IP, "a", 7, 1).err(),
+            attach(&t, IP, "a", 7, 1).err(),
             Some(Refusal::Stale {
                 current: Some((7, 2))
             })
         );
         // Another export, another address: other fences.
-        let other = t.attach(IP, "b", 7, 1).unwrap();
+        let mut other = attach(&t, IP, "b", 7, 1).unwrap();
         assert_eq!(other.run(true, || 5).applied, Some(5));
         let v6 = "::ffff:192.0.2.1".parse::<IpAddr>().unwrap();
         assert!(
-            t.attach(v6, "a", 7, 1).is_err(),
+            attach(&t, v6, "a", 7, 1).is_err(),
             "IPv4-mapped is the same client"
         );
-        let elsewhere = t.attach("192.0.2.9".parse().unwrap(), "a", 7, 1).unwrap();
+        let mut elsewhere = attach(&t, "192.0.2.9".parse().unwrap(), "a", 7, 1).unwrap();
         assert_eq!(elsewhere.run(true, || 6).applied, Some(6));
-        // A new session retires the old one.
-        let s9 = t.attach(IP, "a", 9, 1).unwrap();
+        // A higher session supersedes the lower ones for good.
+        let mut s9 = attach(&t, IP, "a", 9, 1).unwrap();
         assert!(s9.run(true, || ()).moved);
         assert_eq!(e2.run(true, || 7).applied, None);
-        assert!(t.attach(IP, "a", 7, 3).is_err());
+        assert!(attach(&t, IP, "a", 7, 3).is_err());
+        assert!(
+            attach(&t, IP, "a", 8, 0).is_err(),
+            "below the fence's session"
+        );
+        assert!(attach(&t, IP, "a", 10, 0).is_ok());
         assert_eq!(t.len(), 3);
     }
 
     #[test]
     fn session_zero_is_never_fenced_and_takes_no_entry() {
         let t = FenceTable::new(1);
-        let s = t.attach(IP, "a", 5, 5).unwrap();
+        let mut s = attach(&t, IP, "a", 5, 5).unwrap();
         s.run(true, || ());
-        let probe = t.attach(IP, "a", 0, 0).unwrap();
+        let mut probe = attach(&t, IP, "a", 0, 0).unwrap();
         assert_eq!(
             probe.run(true, || 1),
             Outcome {
@@ -375,10 +490,67 @@ mod tests {
         );
         assert_eq!(s.current(), Some((5, 5)));
         // Full: a new pair is refused, a known pair and probes are not.
-        assert_eq!(t.attach(IP, "b", 1, 1).err(), Some(Refusal::Full));
-        assert!(t.attach(IP, "b", 0, 0).is_ok());
-        assert!(t.attach(IP, "a", 5, 6).is_ok());
+        assert_eq!(attach(&t, IP, "b", 1, 1).err(), Some(Refusal::Full));
+        assert!(attach(&t, IP, "b", 0, 0).is_ok());
+        assert!(attach(&t, IP, "a", 5, 6).is_ok());
         assert_eq!(t.len(), 1);
+    }
+
+    /// Hellos with made-up sessions, from anyone the target let say Hello, change nothing: the
+    /// table stays empty and the real session's fence stays where it was.
+    #[test]
+    fn hellos_make_no_fences() {
+        let t = FenceTable::new(4);
+        let mut real = attach(&t, IP, "a", 3, 1).unwrap();
+        real.run(true, || ());
+        for s in 1..10_000u32 {
+            let ip = IpAddr::V4(std::net::Ipv4Addr::from(0xc000_0200 + (s % 200)));
+            let c = attach(&t, ip, "a", s, s);
+            drop(c);
+        }
+        assert_eq!(t.len(), 1);
+        assert_eq!(real.current(), Some((3, 1)));
+        assert_eq!(real.run(true, || 1).applied, Some(1));
+    }
+
+    /// A closed fence goes once nothing uses it; one nobody closed stays, and keeps every
+    /// session it superseded out; a superseded session cannot close the newer one's fence.
+    #[test]
+    fn closed_fences_go_and_unclosed_ones_stay() {
+        let t = FenceTable::new(4);
+        let mut old = attach(&t, IP, "a", 1, 1).unwrap();
+        old.run(true, || ());
+        let mut new = attach(&t, IP, "a", 2, 1).unwrap();
+        new.run(true, || ());
+        // The superseded session's close is refused, and changes nothing.
+        let held = old.begin(false).unwrap();
+        assert!(old.close().is_err());
+        drop(held);
+        drop(old);
+        assert_eq!(t.len(), 1);
+        // The current session closes, but a request of it is still applying: the fence stays.
+        let ticket = new.begin(false).unwrap();
+        assert!(new.close().is_ok());
+        drop(new);
+        assert_eq!(t.len(), 1, "a ticket still uses it");
+        assert!(attach(&t, IP, "a", 1, 9).is_err(), "still fenced meanwhile");
+        drop(ticket);
+        assert_eq!(t.len(), 0, "closed and unused: gone");
+        // Without a close, the fence outlives its connections.
+        let mut c = attach(&t, IP, "a", 5, 1).unwrap();
+        c.run(true, || ());
+        drop(c);
+        assert_eq!(t.len(), 1);
+        assert!(attach(&t, IP, "a", 4, 1).is_err());
+        // A newer session's request reopens a closed fence: the close was the older one's.
+        let mut a = attach(&t, IP, "a", 6, 1).unwrap();
+        a.run(true, || ());
+        assert!(a.close().is_ok());
+        let mut b = attach(&t, IP, "a", 7, 1).unwrap();
+        b.run(true, || ());
+        drop(a);
+        drop(b);
+        assert_eq!(t.len(), 1, "session 7 did not close");
     }
 
     /// Old-epoch writers apply continuously; a newer epoch's first write moves the fence. Once
@@ -386,7 +558,7 @@ mod tests {
     #[test]
     fn no_old_write_applies_after_the_advance() {
         for round in 0..20u64 {
-            let t = Arc::new(FenceTable::new(4));
+            let t = FenceTable::new(4);
             let new_started = Arc::new(AtomicBool::new(false));
             let old_applied = Arc::new(AtomicU64::new(0));
             let old_fenced = Arc::new(AtomicU64::new(0));
@@ -394,7 +566,7 @@ mod tests {
             let old_ops = Arc::new(AtomicU64::new(0));
             let mut old = Vec::new();
             for _ in 0..3 {
-                let c = t.attach(IP, "a", 7, 1).unwrap();
+                let mut c = attach(&t, IP, "a", 7, 1).unwrap();
                 let (ns, ap, fe, vi, ops) = (
                     new_started.clone(),
                     old_applied.clone(),
@@ -435,7 +607,7 @@ mod tests {
             while old_applied.load(Ordering::SeqCst) < 50 + 20 * round {
                 thread::yield_now();
             }
-            let newer = t.attach(IP, "a", 7, 2).unwrap();
+            let mut newer = attach(&t, IP, "a", 7, 2).unwrap();
             let out = newer.run(true, || new_started.store(true, Ordering::SeqCst));
             assert!(out.moved && out.applied.is_some());
             let applied_at_advance = old_applied.load(Ordering::SeqCst);
@@ -459,55 +631,41 @@ mod tests {
         }
     }
 
-    /// A superseded connection keeps a read in flight while newer sessions move the fence
-    /// until the fence forgets its session; its next request then moves the fence itself. It
-    /// must not wait for its own read (only its thread can complete it), while the newer
-    /// mover, which is waiting for that read, still waits until it is done.
+    /// A superseded connection's read still applying holds a newer session's move until it
+    /// is done: a move waits for every request that began before it, reads included.
     #[test]
-    fn a_mover_does_not_wait_for_its_own_tickets() {
-        let t = Arc::new(FenceTable::new(16));
-        let a = t.attach(IP, "a", 1, 1).unwrap();
-        drop(a.begin(true).unwrap());
-        for s in 2..=5 {
-            drop(t.attach(IP, "a", s, 1).unwrap().begin(true).unwrap());
-        }
-        // Session 1 is retired, not forgotten: its read is served, under the current
-        // generation.
-        let held = a.begin(false).expect("a superseded read is served");
-        // Session 6 moves the fence (forgetting session 1) and waits for that read.
-        let s6 = t.attach(IP, "a", 6, 1).unwrap();
-        let (tx6, rx6) = std::sync::mpsc::channel();
-        thread::spawn(move || {
-            let r = s6.begin(true).map(|t| t.moved);
-            tx6.send(r).unwrap();
-        });
-        assert!(
-            rx6.recv_timeout(std::time::Duration::from_millis(500))
-                .is_err(),
-            "session 6 must wait for the old read"
-        );
-        // Session 1's next request: a move of its own, not a wait for itself.
+    fn a_move_waits_for_older_requests() {
+        let t = FenceTable::new(16);
+        let mut a = attach(&t, IP, "a", 1, 1).unwrap();
+        let held = a.begin(false).expect("the first request moves the fence");
+        let mut s2 = attach(&t, IP, "a", 2, 1).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         thread::spawn(move || {
-            let r = a.begin(false).map(|t| t.moved);
-            tx.send(r.is_ok()).unwrap();
-            drop(held);
+            let r = s2.begin(true).map(|t| t.moved);
+            tx.send(r).unwrap();
         });
-        let done = rx.recv_timeout(std::time::Duration::from_secs(5));
-        assert_eq!(done, Ok(true), "the mover waited for its own ticket");
-        // The read is done now: session 6 goes on.
-        assert!(rx6.recv_timeout(std::time::Duration::from_secs(5)).is_ok());
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(500))
+                .is_err(),
+            "session 2 must wait for the older request"
+        );
+        drop(held);
+        assert_eq!(
+            rx.recv_timeout(std::time::Duration::from_secs(5)),
+            Ok(Ok(true))
+        );
+        assert_eq!(a.run(true, || ()).applied, None);
     }
 
     /// Two queues of the newer set race to move the fence: exactly one reports the move.
     #[test]
     fn one_mover_per_advance() {
-        let t = Arc::new(FenceTable::new(4));
-        t.attach(IP, "a", 1, 1).unwrap().run(true, || ());
+        let t = FenceTable::new(4);
+        attach(&t, IP, "a", 1, 1).unwrap().run(true, || ());
         let moves = Arc::new(AtomicU64::new(0));
         let hs: Vec<_> = (0..4)
             .map(|_| {
-                let c = t.attach(IP, "a", 1, 2).unwrap();
+                let mut c = attach(&t, IP, "a", 1, 2).unwrap();
                 let m = moves.clone();
                 thread::spawn(move || {
                     for _ in 0..100 {

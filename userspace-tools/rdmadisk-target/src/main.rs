@@ -185,6 +185,8 @@ fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
             },
             if e.secret.is_some() {
                 ", secret required"
+            } else if e.insecure {
+                ", insecure (no key: any port of an allowed host)"
             } else {
                 ""
             },
@@ -197,7 +199,8 @@ fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
             Box::new(b),
             e.read_only,
             allow,
-            e.secret,
+            e.secret.clone(),
+            e.insecure,
             e.exclusive,
         ));
     }
@@ -241,8 +244,21 @@ fn run(cfg: Config) -> Result<(), String> {
         say(&format!("allow-list: {}", list.join(", ")));
     }
     let budget = Budget::new(cfg.buffer_memory as usize);
+    for h in &cfg.hosts {
+        say(&format!(
+            "host {} ({}) has a key of its own{}",
+            h.name,
+            h.addr,
+            if h.keys.target.as_bytes() == h.keys.client.as_bytes() {
+                ""
+            } else {
+                ", and the target proves another"
+            }
+        ));
+    }
     let target = Arc::new(Target::new(
         exports,
+        cfg.hosts.clone(),
         allow,
         cfg.allow_any,
         limits,
@@ -325,6 +341,7 @@ fn run(cfg: Config) -> Result<(), String> {
             let (used, peak) = t.budget.used();
             stats::Stats::set(&t.stats.buffer_bytes, used as u64);
             stats::Stats::set(&t.stats.buffer_bytes_peak, peak as u64);
+            stats::Stats::set(&t.stats.fences, t.fences.len() as u64);
             if let Err(e) = t.stats.write_file(p) {
                 log::warn!("cannot write {}: {e}", p.display());
             }

@@ -26,7 +26,7 @@ use rdmadisk_net::rdma::{
 };
 use rdmadisk_proto::credits::CreditSender;
 use rdmadisk_proto::wire::{
-    ClientMsg, Hello, HelloReply, HelloStatus, Status, REQUEST_LEN, RESPONSE_LEN,
+    ClientMsg, Hello, HelloReply, HelloStatus, Status, AUTH_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 
 use crate::conn::{Core, Stage, TICK, UD_CQ, UD_KIND, UD_SCQ, UD_WAKE};
@@ -44,9 +44,10 @@ const CQ_SPARE: u32 = 8;
 /// for the ACK timeout before it asks again for the rest, while a later read's response
 /// exposes the gap at once; and every retry of a read resends its whole rest.
 const READ_CHUNK: usize = 64 << 10;
-/// Bytes per send slot (a Response is 32 bytes), and per receive slot without inline data (a
-/// Request is 48).
+/// Bytes per send slot (a Response is 32 bytes, an AuthReply 64), and per receive slot
+/// without inline data (a Request is 48 bytes, an AuthRequest 64).
 const SLOT: usize = 64;
+const _: () = assert!(AUTH_REPLY_LEN <= SLOT && rdmadisk_proto::wire::AUTH_REQUEST_LEN <= SLOT);
 
 /// Bytes per receive: a request and, for an inline write, up to `inline_max` bytes of data.
 fn recv_slot(inline_max: u32) -> usize {
@@ -77,6 +78,8 @@ fn wr_index(id: u64) -> usize {
 
 struct Shared {
     disconnected: AtomicBool,
+    /// rdma_cm said the connection is established (the client's RTU came).
+    established: AtomicBool,
     /// Signalled with `disconnected`, to wake the connection's thread (None: it ticks, see
     /// `Conn::wait_limit`).
     wake: Option<Wake>,
@@ -174,20 +177,42 @@ impl Listener {
                         Err(()) => Stats::inc(&t.stats.refused),
                     }
                 }
-                CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
+                // A connection accepted but never established (the client gave up, or its
+                // RTU never came: rdma_cm reports the REP's retries running out) ends like a
+                // disconnected one: it has built nothing yet, and keeps nothing.
+                k @ (CmEventKind::Disconnected
+                | CmEventKind::DeviceRemoval
+                | CmEventKind::ConnectError
+                | CmEventKind::Unreachable
+                | CmEventKind::Rejected) => {
                     let key = ev.raw_id();
                     if let Some(s) = conns
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .get(&key)
                     {
+                        if !matches!(k, CmEventKind::Disconnected | CmEventKind::DeviceRemoval) {
+                            log::warn!(
+                                "rdma: a connection did not establish: cm event {k:?} (status {})",
+                                ev.status()
+                            );
+                        }
                         s.disconnected.store(true, Ordering::SeqCst);
                         if let Some(w) = &s.wake {
                             w.signal();
                         }
                     }
                 }
-                CmEventKind::Established | CmEventKind::TimewaitExit => {}
+                CmEventKind::Established => {
+                    if let Some(s) = conns
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get(&ev.raw_id())
+                    {
+                        s.established.store(true, Ordering::SeqCst);
+                    }
+                }
+                CmEventKind::TimewaitExit => {}
                 k => log::info!("rdma: cm event {k:?} (status {})", ev.status()),
             }
         }
@@ -196,8 +221,12 @@ impl Listener {
 }
 
 fn refuse(id: &CmId, peer: &str, st: HelloStatus, why: &str) {
+    refuse_with(id, peer, &HelloReply::rejected(st), why);
+}
+
+fn refuse_with(id: &CmId, peer: &str, reply: &HelloReply, why: &str) {
     log::warn!("rdma: refused connection from {peer}: {why}");
-    if let Err(e) = id.reject(&HelloReply::rejected(st).to_bytes()) {
+    if let Err(e) = id.reject(&reply.to_bytes()) {
         log::warn!("rdma: rdma_reject failed: {e}");
     }
 }
@@ -278,23 +307,26 @@ fn setup(
         );
         return Err(());
     }
-    let a = match t.attach(peer_addr.map(|a| a.ip()), &hello) {
+    let a = match t.attach(peer_addr, id.local_addr(), &hello) {
         Ok(a) => a,
-        Err((st, why)) if st == HelloStatus::Stale => {
-            refuse(
+        Err(r) if r.status == HelloStatus::Stale => {
+            refuse_with(
                 &id,
                 &peer,
-                st,
-                &format!("stale hello from {peer} for export {}: {why}", hello.export),
+                &r.reply(),
+                &format!(
+                    "stale hello from {peer} for export {}: {}",
+                    hello.export, r.why
+                ),
             );
             return Err(());
         }
-        Err((st, why)) => {
-            refuse(
+        Err(r) => {
+            refuse_with(
                 &id,
                 &peer,
-                st,
-                &format!("export {:?}: {why}", hello.export.as_str()),
+                &r.reply(),
+                &format!("export {:?}: {}", hello.export.as_str(), r.why),
             );
             return Err(());
         }
@@ -394,7 +426,6 @@ fn setup(
         t.clone(),
         a.export,
         a.fence,
-        a.hold,
         a.writes,
         dev.pool.clone(),
         slots,
@@ -444,8 +475,10 @@ fn setup(
         auth: challenge,
         auth_deadline: Instant::now() + t.limits.hello_timeout,
         denied: None,
+        heard: false,
         shared: Arc::new(Shared {
             disconnected: AtomicBool::new(false),
+            established: AtomicBool::new(false),
             wake: Wake::new().ok(),
         }),
     })
@@ -532,6 +565,8 @@ struct Conn {
     auth_deadline: Instant,
     /// The spare buffer carrying a Denied answer: the connection goes once it is sent.
     denied: Option<usize>,
+    /// Something came from the client: the connection is up, whatever rdma_cm has said yet.
+    heard: bool,
     shared: Arc<Shared>,
 }
 
@@ -551,6 +586,16 @@ impl Conn {
         let end: Option<String> = loop {
             self.pump();
             if self.gone() {
+                if self.broken.is_none()
+                    && !self.heard
+                    && !self.shared.established.load(Ordering::SeqCst)
+                {
+                    Stats::inc(&t.stats.half_open_closes);
+                    break Some(
+                        "never established (the client rejected or did not answer the accept)"
+                            .to_string(),
+                    );
+                }
                 break None;
             }
             let now = Instant::now();
@@ -571,6 +616,13 @@ impl Conn {
                         t.limits.send_timeout.as_secs()
                     ));
                 }
+            }
+            // A connection the client never completes (its RTU lost, the client gone before
+            // it) goes at the Hello deadline, like a TCP client that never sends its Hello.
+            let up = self.heard || self.shared.established.load(Ordering::SeqCst);
+            if !up && now > self.auth_deadline {
+                Stats::inc(&t.stats.half_open_closes);
+                break Some("never established within the Hello deadline".to_string());
             }
             if self.auth.is_some() && now > self.auth_deadline {
                 Stats::inc(&t.stats.hello_timeouts);
@@ -831,6 +883,7 @@ impl Conn {
 
     fn received(&mut self, wc: &rdma::Completion, r: usize) {
         self.last_rx = Instant::now();
+        self.heard = true;
         let off = r * self.rslot;
         let len = (wc.byte_len as usize).min(self.rslot);
         let msg = match ClientMsg::decode(&self.recv_mr[off..off + len]) {
@@ -888,12 +941,17 @@ impl Conn {
                 return;
             };
             self.recv_of[j] = Some(r);
-            self.core.start(j, req, None);
+            if let Err(why) = self.core.start(j, req, None) {
+                self.recv_of[j] = None;
+                self.broken.get_or_insert(why.into());
+                return;
+            }
         }
     }
 
-    /// Answers the client's authentication (received on receive `r`): Ok, and the connection
-    /// serves from now on; or Denied, and it goes once that is sent.
+    /// Answers the client's authentication (received on receive `r`) with the target's own
+    /// proof, and the connection serves from now on; or with Denied, and it goes once that is
+    /// sent.
     fn authenticate(&mut self, r: usize, a: &rdmadisk_proto::wire::AuthRequest) {
         let t = self.core.t.clone();
         self.resp_credits.grant(a.credits);
@@ -902,10 +960,12 @@ impl Conn {
                 .get_or_insert("an authentication nobody asked for".into());
             return;
         };
-        let ok = ch.check(&t, &self.core.export, a);
-        if ok && !self.core.confirm_hold() {
-            self.broken.get_or_insert(crate::tcp::TAKEN.into());
-            return;
+        let (ok, reply) = ch.answer(&t, a);
+        if ok {
+            if let Err(why) = self.core.confirm() {
+                self.broken.get_or_insert(why.into());
+                return;
+            }
         }
         if !self.repost(r) {
             return;
@@ -921,7 +981,7 @@ impl Conn {
                 .get_or_insert("no response credit to answer the authentication".into());
             return;
         }
-        if let Err(e) = self.send_spare(k, &t.auth_response(a, ok).to_bytes()) {
+        if let Err(e) = self.send_spare(k, &reply.to_bytes()) {
             self.broken
                 .get_or_insert(format!("cannot answer the authentication: {e}"));
             return;
@@ -1267,15 +1327,15 @@ impl Conn {
         }
     }
 
-    /// Sends `msg` from spare send buffer `k` (taken, with its response credit, by the caller);
-    /// its completion (`K_EXTRA`) gives the buffer back.
-    fn send_spare(&mut self, k: usize, msg: &[u8; RESPONSE_LEN]) -> io::Result<()> {
+    /// Sends `msg` (at most [`SLOT`] bytes) from spare send buffer `k` (taken, with its
+    /// response credit, by the caller); its completion (`K_EXTRA`) gives the buffer back.
+    fn send_spare(&mut self, k: usize, msg: &[u8]) -> io::Result<()> {
         let off = (self.recv_of.len() + k) * SLOT;
-        self.send_mr[off..off + RESPONSE_LEN].copy_from_slice(msg);
+        self.send_mr[off..off + msg.len()].copy_from_slice(msg);
         self.id.post_send(&[SendWr {
             wr_id: wr_id(K_EXTRA, k),
             op: SendOp::Send,
-            local: Some((&self.send_mr, off, RESPONSE_LEN)),
+            local: Some((&self.send_mr, off, msg.len())),
             signaled: true,
         }])
     }

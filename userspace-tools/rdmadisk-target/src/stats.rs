@@ -82,6 +82,16 @@ counters! {
     fence_moves,
     /// Hellos refused Busy because the fence table was full.
     fence_table_full,
+    /// Fences in the table (a gauge, rewritten with the stats file).
+    fences,
+    /// Sessions closed by their client (a normal unmap): their fences go once unused.
+    closes,
+    /// Hellos refused NotAllowed because the connection came from an unreserved port (1024 or
+    /// above: any user of the client host) to an export that no key protects.
+    unreserved_port_refusals,
+    /// RDMA connections accepted that never became established (rejected or unreachable at the
+    /// client, or no answer within the Hello deadline): torn down, having built nothing.
+    half_open_closes,
     /// Requests never answered on purpose (--stall-sector).
     stalled_requests,
     /// Connections refused because the caps were reached (per listener or per host).

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use rdmadisk_net::framing;
 use rdmadisk_proto::wire::{
-    ClientMsg, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, Request, Response,
-    FRAME_HEADER_LEN, HELLO_LEN, REQUEST_LEN,
+    AuthRequest, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, Request, Response,
+    AUTH_REQUEST_LEN, FRAME_HEADER_LEN, HELLO_LEN, REQUEST_LEN,
 };
 
 use crate::conn::{Core, Stage, TICK, UD_KIND, UD_RECV, UD_SEND};
@@ -210,23 +210,25 @@ fn connection(t: Arc<Target>, mut s: TcpStream, peer: SocketAddr, pool: Arc<Pool
             return;
         }
     };
-    let a = match t.attach(Some(peer.ip()), &hello) {
+    let a = match t.attach(Some(peer), s.local_addr().ok(), &hello) {
         Ok(a) => a,
-        Err((st, why)) => {
+        Err(r) => {
             Stats::inc(&t.stats.refused);
-            if st == HelloStatus::Stale {
+            if r.status == HelloStatus::Stale {
                 log::warn!(
-                    "tcp: stale hello from {peer} for export {}: {why}",
-                    hello.export
+                    "tcp: stale hello from {peer} for export {}: {}",
+                    hello.export,
+                    r.why
                 );
             } else {
                 log::warn!(
-                    "tcp: refused {peer} for export {:?}: {why}",
-                    hello.export.as_str()
+                    "tcp: refused {peer} for export {:?}: {}",
+                    hello.export.as_str(),
+                    r.why
                 );
             }
             let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(st));
+            let _ = framing::write_hello_reply(&mut s, &r.reply());
             return;
         }
     };
@@ -244,15 +246,7 @@ fn connection(t: Arc<Target>, mut s: TcpStream, peer: SocketAddr, pool: Arc<Pool
         hello.epoch
     );
     let credits = usize::from(t.limits.credits);
-    let core = match Core::new(
-        t.clone(),
-        a.export,
-        a.fence,
-        a.hold,
-        a.writes,
-        pool,
-        2 * credits,
-    ) {
+    let core = match Core::new(t.clone(), a.export, a.fence, a.writes, pool, 2 * credits) {
         Ok(c) => c,
         Err(e) => {
             log::error!("tcp {peer}: cannot set up the connection's ring: {e}");
@@ -294,10 +288,6 @@ fn connection(t: Arc<Target>, mut s: TcpStream, peer: SocketAddr, pool: Arc<Pool
     }
     let _ = c.s.shutdown(std::net::Shutdown::Both);
 }
-
-/// Why an authenticated connection is reset when an exclusive export was taken meanwhile.
-pub const TAKEN: &str =
-    "the export was attached read-write by another host during the authentication";
 
 /// How a connection ended.
 enum End {
@@ -562,63 +552,41 @@ impl Conn {
                     // connection without waiting for more of it.
                     let b = &self.staging[self.start..self.end];
                     let h = FrameHeader::decode(b).map_err(|e| format!("malformed frame ({e})"))?;
-                    if h.kind != FrameKind::Request || h.flags != 0 {
-                        return Err(format!("unexpected {:?} frame", h.kind));
+                    if h.flags != 0 {
+                        return Err(format!("a {:?} frame with flags {:#x}", h.kind, h.flags));
+                    }
+                    match (h.kind, self.auth.is_some()) {
+                        (FrameKind::Request, false) => {}
+                        (FrameKind::Request, true) => {
+                            Stats::inc(&self.core.t.stats.auth_failures);
+                            return Err("a request before authentication".into());
+                        }
+                        (FrameKind::Auth, false) => {
+                            return Err("an authentication nobody asked for".into())
+                        }
+                        (FrameKind::Auth, true) => {
+                            if h.data_len != 0 {
+                                return Err("an authentication with data".into());
+                            }
+                            if avail < FRAME_HEADER_LEN + AUTH_REQUEST_LEN {
+                                return Ok(());
+                            }
+                            let a = AuthRequest::decode(&b[FRAME_HEADER_LEN..])
+                                .map_err(|e| format!("malformed authentication ({e})"))?;
+                            self.start += FRAME_HEADER_LEN + AUTH_REQUEST_LEN;
+                            if self.authenticate(&a)? {
+                                continue;
+                            }
+                            // Nothing more is read; the answer goes out, then the connection.
+                            return Ok(());
+                        }
+                        (k, _) => return Err(format!("unexpected {k:?} frame")),
                     }
                     if avail < FRAME_HEADER_LEN + REQUEST_LEN {
                         return Ok(());
                     }
-                    let msg = ClientMsg::decode(&b[FRAME_HEADER_LEN..])
+                    let req = Request::decode(&b[FRAME_HEADER_LEN..])
                         .map_err(|e| format!("malformed request ({e})"))?;
-                    let req = match (msg, &self.auth) {
-                        (ClientMsg::Request(r), None) => r,
-                        (ClientMsg::Request(_), Some(_)) => {
-                            Stats::inc(&self.core.t.stats.auth_failures);
-                            return Err("a request before authentication".into());
-                        }
-                        (ClientMsg::Auth(_), None) => {
-                            return Err("an authentication nobody asked for".into())
-                        }
-                        (ClientMsg::Auth(a), Some(ch)) => {
-                            if h.data_len != 0 {
-                                return Err("an authentication with data".into());
-                            }
-                            self.start += FRAME_HEADER_LEN + REQUEST_LEN;
-                            let ok = ch.check(&self.core.t, &self.core.export, &a);
-                            if ok && !self.core.confirm_hold() {
-                                // Another host attached read-write meanwhile: its next Hello
-                                // is answered Busy.
-                                return Err(TAKEN.into());
-                            }
-                            let resp = self.core.t.auth_response(&a, ok);
-                            let mut v = FrameHeader {
-                                kind: FrameKind::Response,
-                                flags: 0,
-                                data_len: 0,
-                            }
-                            .to_bytes()
-                            .to_vec();
-                            v.extend_from_slice(&resp.to_bytes());
-                            self.out.push_back(Out {
-                                parts: vec![Part::Owned(v)],
-                                slot: None,
-                                then_close: !ok,
-                            });
-                            if ok {
-                                log::info!("tcp {}: authenticated", self.peer);
-                                self.auth = None;
-                                continue;
-                            }
-                            log::warn!(
-                                "tcp {}: authentication failed for export {}: wrong proof",
-                                self.peer,
-                                self.core.export.name
-                            );
-                            // Nothing more is read; the answer goes out, then the connection.
-                            self.closing = Some("authentication failed".into());
-                            return Ok(());
-                        }
-                    };
                     let expect = if req.opcode == Opcode::Write {
                         req.length
                     } else {
@@ -647,7 +615,7 @@ impl Conn {
                     self.start += FRAME_HEADER_LEN + REQUEST_LEN;
                     self.credits_used += 1;
                     self.parse = if h.data_len == 0 {
-                        self.core.start(slot, req, None);
+                        self.core.start(slot, req, None)?;
                         Parse::Head
                     } else if h.data_len > self.core.pool.buf_len() as u32 {
                         Parse::Skip {
@@ -699,7 +667,7 @@ impl Conn {
                     else {
                         unreachable!()
                     };
-                    self.core.start(slot, req, Some(buf));
+                    self.core.start(slot, req, Some(buf))?;
                 }
                 Parse::Skip { slot, req, left } => {
                     let n = (*left as usize).min(avail);
@@ -711,10 +679,49 @@ impl Conn {
                     let (slot, req) = (*slot, *req);
                     self.parse = Parse::Head;
                     // Refused by admission (too long): answered without data.
-                    self.core.start(slot, req, None);
+                    self.core.start(slot, req, None)?;
                 }
             }
         }
+    }
+
+    /// Answers the client's authentication with the target's own proof (true: the connection
+    /// serves from now on) or with Denied (false: nothing more is read; the answer goes out,
+    /// then the connection).
+    fn authenticate(&mut self, a: &AuthRequest) -> Result<bool, String> {
+        let Some(ch) = self.auth.take() else {
+            return Err("an authentication nobody asked for".into());
+        };
+        let (ok, reply) = ch.answer(&self.core.t, a);
+        if ok {
+            // Another host may have attached read-write meanwhile: its next Hello is answered
+            // Busy.
+            self.core.confirm()?;
+        }
+        let mut v = FrameHeader {
+            kind: FrameKind::AuthReply,
+            flags: 0,
+            data_len: 0,
+        }
+        .to_bytes()
+        .to_vec();
+        v.extend_from_slice(&reply.to_bytes());
+        self.out.push_back(Out {
+            parts: vec![Part::Owned(v)],
+            slot: None,
+            then_close: !ok,
+        });
+        if ok {
+            log::info!("tcp {}: authenticated", self.peer);
+            return Ok(true);
+        }
+        log::warn!(
+            "tcp {}: authentication failed for export {}: wrong proof",
+            self.peer,
+            self.core.export.name
+        );
+        self.closing = Some("authentication failed".into());
+        Ok(false)
     }
 
     /// Queues the response of slot `i` (its credit goes back with it).

@@ -12,7 +12,17 @@ use rdmadisk_proto::wire::{Opcode, Status};
 
 fn target() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rdmadisk-target"));
-    c.args(["--listen", "127.0.0.1", "--tcp-port", "0", "--no-rdma"]);
+    c.args([
+        "--listen",
+        "127.0.0.1",
+        "--allow",
+        "127.0.0.1",
+        "--allow",
+        "127.0.0.1",
+        "--tcp-port",
+        "0",
+        "--no-rdma",
+    ]);
     c
 }
 
@@ -99,7 +109,15 @@ fn a_target_that_cannot_listen_says_why() {
     let img = dir.path().join("rw.img");
     std::fs::write(&img, vec![0u8; 1 << 20]).unwrap();
     let mut c = Command::new(env!("CARGO_BIN_EXE_rdmadisk-target"))
-        .args(["--listen", "127.0.0.1", "--tcp-port", &port, "--no-rdma"])
+        .args([
+            "--listen",
+            "127.0.0.1",
+            "--allow",
+            "127.0.0.1",
+            "--tcp-port",
+            &port,
+            "--no-rdma",
+        ])
         .arg("--export")
         .arg(format!("rw={}", img.display()))
         .stdout(Stdio::null())

@@ -37,7 +37,7 @@ fn check_config_sums_up_a_good_config_and_exits_0() {
     std::fs::write(
         &conf,
         format!(
-            "listen = \"127.0.0.1\"\nno_rdma = true\ndirect = false\nstats_file = \"{}\"\n\
+            "listen = \"127.0.0.1\"\nallow = [\"127.0.0.1\"]\nno_rdma = true\ndirect = false\nstats_file = \"{}\"\n\
              [[export]]\nname = \"d\"\npath = \"{}\"\nread_only = true\n",
             dir.path().join("stats").display(),
             img.display()
@@ -72,7 +72,7 @@ fn check_config_lists_every_problem_and_exits_1() {
     std::fs::write(
         &conf,
         format!(
-            "listen = \"127.0.0.1\"\nno_rdma = true\ncredits = 0\nlog_level = \"loud\"\n\
+            "listen = \"127.0.0.1\"\nallow = [\"127.0.0.1\"]\nno_rdma = true\ncredits = 0\nlog_level = \"loud\"\n\
              stats_file = \"{}/no/dir/stats\"\n\
              [[export]]\nname = \"gone\"\npath = \"{}/gone.img\"\n\
              [[export]]\nname = \"dir\"\npath = \"{}\"\n",
@@ -114,6 +114,8 @@ fn check_config_takes_no_hold_beside_a_running_target() {
         &[
             "--listen",
             "127.0.0.1",
+            "--allow",
+            "127.0.0.1",
             "--no-rdma",
             "--export",
             &format!("rw={}", rw.display()),
@@ -128,7 +130,15 @@ fn check_config_takes_no_hold_beside_a_running_target() {
     );
     // And the target still holds the image: a second target is refused as before.
     let second = target()
-        .args(["--listen", "127.0.0.1", "--no-rdma", "--tcp-port", "0"])
+        .args([
+            "--listen",
+            "127.0.0.1",
+            "--allow",
+            "127.0.0.1",
+            "--no-rdma",
+            "--tcp-port",
+            "0",
+        ])
         .arg("--export")
         .arg(format!("x={}", rw.display()))
         .output()
@@ -207,7 +217,15 @@ fn readiness_and_stopping_reach_systemd() {
     let img = dir.path().join("d.img");
     std::fs::write(&img, vec![0u8; 1 << 20]).unwrap();
     let mut child = target()
-        .args(["--listen", "127.0.0.1", "--no-rdma", "--tcp-port", "0"])
+        .args([
+            "--listen",
+            "127.0.0.1",
+            "--allow",
+            "127.0.0.1",
+            "--no-rdma",
+            "--tcp-port",
+            "0",
+        ])
         .arg("--export")
         .arg(format!("d={}", img.display()))
         .env("NOTIFY_SOCKET", &sock_path)

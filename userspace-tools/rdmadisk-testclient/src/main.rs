@@ -100,8 +100,9 @@ struct Args {
     /// (run the target with --no-invalidate).
     #[arg(long)]
     mr_rkey: bool,
-    /// Hello session id. Default: this process's id, so each run is a new session to the
-    /// target's fence (0 would make it an unfenced probe).
+    /// Hello session id. Default: a new session, above any the target's fence has seen of
+    /// this client and export (the target names the floor when asked too low); 0 would make
+    /// it an unfenced probe.
     #[arg(long)]
     session_id: Option<u32>,
     /// Hello epoch (connection set within the session).
@@ -110,9 +111,17 @@ struct Args {
     /// Expect the target to refuse the connection with this status; exit 0 only if it does.
     #[arg(long, value_name = "STATUS", value_parser = ["not-allowed", "no-such-export", "busy", "invalid", "bad-version", "stale"])]
     expect_refused: Option<String>,
-    /// The export's secret (hex), proven when the target asks.
+    /// A file holding the key this client proves (hex, 16 to 64 bytes); with one, a target
+    /// that does not ask for it and prove a key back is refused.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<std::path::PathBuf>,
+    /// A file holding the key the target must prove, when not --secret-file's.
+    #[arg(long, value_name = "PATH", requires = "secret_file")]
+    target_secret_file: Option<std::path::PathBuf>,
+    /// Connect from an ordinary port even when root (as any user of the host would); by
+    /// default the client binds a reserved port (below 1024) when it may.
     #[arg(long)]
-    secret: Option<String>,
+    unreserved_port: bool,
     /// Misbehave instead of running the workload (tests of the target): ignore-credits (send
     /// --count NOPs without regard to credits; the target must cut the connection off), idle
     /// (attach and do nothing; the target must close it), no-credits (grant the target no
@@ -139,17 +148,30 @@ fn main() -> ExitCode {
         }
     };
     let timeout = Duration::from_secs(a.timeout_secs);
-    let secret = match a.secret.as_deref().map(|h| Secret::from_hex(h.as_bytes())) {
-        None => None,
-        Some(Ok(s)) => Some(s),
-        Some(Err(e)) => {
-            eprintln!("rdmadisk-testclient: --secret: {e}");
-            return ExitCode::from(2);
-        }
+    let key = |flag: &str, p: &Option<std::path::PathBuf>| -> Result<Option<Secret>, ExitCode> {
+        let Some(p) = p else { return Ok(None) };
+        let mut raw = std::fs::read(p).map_err(|e| {
+            eprintln!("rdmadisk-testclient: {flag} {}: {e}", p.display());
+            ExitCode::from(2)
+        })?;
+        let s = Secret::from_hex(raw.trim_ascii());
+        rdmadisk_proto::auth::wipe(&mut raw);
+        s.map(Some).map_err(|e| {
+            eprintln!("rdmadisk-testclient: {flag} {}: {e}", p.display());
+            ExitCode::from(2)
+        })
     };
-    // Linux never hands out pid 0; max(1) keeps a default run from ever being an unfenced
-    // probe should that change.
-    let session_id = a.session_id.unwrap_or_else(|| std::process::id().max(1));
+    let (secret, target_secret) = match (
+        key("--secret-file", &a.secret_file),
+        key("--target-secret-file", &a.target_secret_file),
+    ) {
+        (Ok(s), Ok(t)) => (s, t),
+        (Err(c), _) | (_, Err(c)) => return c,
+    };
+    // A new session unless one was given: asked as 1, and above the target's floor if that
+    // is refused Stale.
+    let new_session = a.session_id.is_none();
+    let session_id = a.session_id.unwrap_or(1);
     let slots = a.queue_depth.max(1);
     let max_io = a.max_size as usize;
     println!(
@@ -165,6 +187,9 @@ fn main() -> ExitCode {
                 session_id,
                 epoch: a.epoch,
                 secret,
+                target_secret,
+                reserved_port: !a.unreserved_port,
+                new_session,
                 ..ConnectOptions::new(&a.export)
             };
             let c = transport::Tcp::connect(addr, &opts, slots, max_io);
@@ -177,7 +202,7 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "rdma")]
         Kind::Rdma => {
-            let opts = rdma_transport::RdmaOptions {
+            let mut opts = rdma_transport::RdmaOptions {
                 export: a.export.clone(),
                 slots,
                 max_io,
@@ -188,11 +213,23 @@ fn main() -> ExitCode {
                 epoch: a.epoch,
                 mr_rkey: a.mr_rkey,
                 secret,
+                target_secret,
+                reserved_port: !a.unreserved_port,
             };
             if let Some(mode) = a.hostile.as_deref() {
                 return hostile(mode, addr, &opts, &a);
             }
-            let c = rdma_transport::Rdma::connect(addr, &opts);
+            let mut c = rdma_transport::Rdma::connect(addr, &opts);
+            if let (true, Err(ConnectError::Stale(floor))) = (new_session, &c) {
+                opts.session_id = floor.saturating_add(1);
+                c = rdma_transport::Rdma::connect(addr, &opts);
+            }
+            let c = c.map_err(|e| match e {
+                ConnectError::Stale(_) => {
+                    ConnectError::Refused(rdmadisk_proto::wire::HelloStatus::Stale)
+                }
+                e => e,
+            });
             let probe = a.probe_dead_rkey;
             finish(&a, c, move |t: &mut rdma_transport::Rdma| {
                 let r = if probe {

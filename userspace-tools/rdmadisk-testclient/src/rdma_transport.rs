@@ -22,16 +22,17 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdmadisk_net::client::ConnectError;
+use rdmadisk_net::client::{check_auth_asked, ConnectError, ConnectOptions, Proving};
 use rdmadisk_net::rdma::{
     self, Access, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, Mw, Pd, QpCaps,
     SendOp, SendWr,
 };
-use rdmadisk_proto::auth::{self, Secret};
+use rdmadisk_net::resvport;
+use rdmadisk_proto::auth::Secret;
 use rdmadisk_proto::credits::{CreditReceiver, CreditSender};
 use rdmadisk_proto::wire::{
-    features, AuthRequest, ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request,
-    Response, Status, REQUEST_LEN,
+    features, AuthReply, ExportName, Hello, HelloReply, HelloStatus, Opcode, RemoteBuf, Request,
+    Response, REQUEST_LEN,
 };
 
 use crate::transport::{Done, Transport};
@@ -55,8 +56,12 @@ pub struct RdmaOptions {
     /// Diagnostic: expose the data MR's own rkey (MR registered with remote access) instead of
     /// binding memory windows; pair with a target run with `--no-invalidate`.
     pub mr_rkey: bool,
-    /// The export's secret, proven when the target asks.
+    /// The key this client proves; with one, a target that does not authenticate is refused.
     pub secret: Option<Secret>,
+    /// The key the target must prove, if not `secret`.
+    pub target_secret: Option<Secret>,
+    /// Connect from a reserved port (below 1024) when the process may bind one.
+    pub reserved_port: bool,
 }
 
 struct Inflight {
@@ -106,6 +111,23 @@ pub struct Rdma {
     rebinds_after_invalidation: u64,
     credit_violations: u64,
     last_invalidated: Option<(usize, u32)>,
+    /// The bytes of the last message received (an authentication's answer is read from it).
+    last_raw: [u8; SLOT],
+}
+
+/// Binds `id` to a reserved port of `ip` (any address if none), when the process may: the
+/// target serves an export without a key only to those.
+fn bind_reserved(id: &CmId, ip: Option<IpAddr>) -> io::Result<()> {
+    let ip = ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    for port in resvport::candidates() {
+        match id.bind(SocketAddr::new(ip, port)) {
+            Ok(()) => return Ok(()),
+            Err(e) if resvport::taken(&e) => continue,
+            Err(e) if resvport::refused(&e) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn wait_event(ch: &EventChannel, timeout: Duration) -> io::Result<rdma::CmEvent> {
@@ -133,7 +155,14 @@ impl Rdma {
     pub fn connect(addr: SocketAddr, o: &RdmaOptions) -> Result<Rdma, ConnectError> {
         let ch = EventChannel::new()?;
         let mut id = CmId::new(&ch)?;
-        id.resolve_addr(o.bind.map(|ip| SocketAddr::new(ip, 0)), addr, o.timeout)?;
+        if o.reserved_port {
+            bind_reserved(&id, o.bind)?;
+        }
+        // A bound id resolves from the address it is bound to.
+        let src = (id.local_addr().is_none_or(|a| a.port() == 0))
+            .then(|| o.bind.map(|ip| SocketAddr::new(ip, 0)))
+            .flatten();
+        id.resolve_addr(src, addr, o.timeout)?;
         expect(
             &wait_event(&ch, o.timeout)?,
             CmEventKind::AddrResolved,
@@ -196,6 +225,7 @@ impl Rdma {
             })?,
             CmEventKind::Rejected => {
                 return Err(match HelloReply::decode(ev.private_data()) {
+                    Ok(r) if r.status == HelloStatus::Stale => ConnectError::Stale(r.session_floor),
                     Ok(r) => ConnectError::Refused(r.status),
                     Err(_) => ConnectError::Protocol(format!(
                         "connection rejected without a HelloReply (status {})",
@@ -261,36 +291,44 @@ impl Rdma {
             rebinds_after_invalidation: 0,
             credit_violations: 0,
             last_invalidated: None,
+            last_raw: [0; SLOT],
         };
+        let keys = ConnectOptions {
+            secret: o.secret.clone(),
+            target_secret: o.target_secret.clone(),
+            ..ConnectOptions::new(&o.export)
+        };
+        check_auth_asked(&keys, &r.reply)?;
         if r.reply.features & features::AUTH != 0 {
-            let Some(secret) = &o.secret else {
-                return Err(ConnectError::Denied("the export requires a secret"));
+            let (local, peer) = match (r.id.local_addr(), r.id.peer_addr()) {
+                (Some(l), Some(p)) => (l, p),
+                _ => {
+                    return Err(ConnectError::Protocol(
+                        "the connection's addresses are unknown".into(),
+                    ))
+                }
             };
-            let a = AuthRequest {
-                credits: 0,
-                tag: 0xa0a0_0001,
-                proof: auth::proof(secret.as_bytes(), &r.reply.challenge, &hello),
-            };
-            match r.call_raw(a.tag, &a.to_bytes()) {
-                Ok(resp) if resp.status == Status::Ok => {}
-                Ok(_) => return Err(ConnectError::Denied("the target denied the secret")),
-                Err(e) => return Err(ConnectError::Io(e)),
-            }
+            let p = Proving::new(&keys, &hello, &r.reply, local, peer, 0xa0a0_0001, 0)?;
+            r.call_raw(p.request().tag, &p.request().to_bytes())
+                .map_err(ConnectError::Io)?;
+            let a = AuthReply::decode(&r.last_raw)
+                .map_err(|e| ConnectError::Protocol(format!("bad authentication answer: {e}")))?;
+            p.check(&a)?;
         }
         Ok(r)
     }
 
     /// Sends one message (a request or an authentication) as it is, with a credit, from slot
-    /// 0, and waits for the response with `tag`.
-    fn call_raw(&mut self, tag: u32, bytes: &[u8; REQUEST_LEN]) -> io::Result<Response> {
+    /// 0, and waits for the response with `tag` (its bytes stay in `last_raw`).
+    fn call_raw(&mut self, tag: u32, bytes: &[u8]) -> io::Result<Response> {
         if !self.sender.try_consume() {
             return Err(io::Error::other("no credit"));
         }
-        self.send_mr[..REQUEST_LEN].copy_from_slice(bytes);
+        self.send_mr[..bytes.len()].copy_from_slice(bytes);
         self.id.post_send(&[SendWr {
             wr_id: K_SEND << 56,
             op: SendOp::Send,
-            local: Some((&self.send_mr, 0, REQUEST_LEN)),
+            local: Some((&self.send_mr, 0, bytes.len())),
             signaled: true,
         }])?;
         self.sq_outstanding += 1;
@@ -527,10 +565,12 @@ impl Rdma {
             self.recv_wc_flags_seen |= wc.wc_flags;
             let rslot = (wc.wr_id & 0xffff_ffff) as usize;
             let off = rslot * SLOT;
-            let resp = Response::decode(&self.recv_mr[off..off + (wc.byte_len as usize).min(SLOT)])
-                .map_err(|e| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("bad response: {e}"))
-                })?;
+            self.last_raw = [0; SLOT];
+            let n = (wc.byte_len as usize).min(SLOT);
+            self.last_raw[..n].copy_from_slice(&self.recv_mr[off..off + n]);
+            let resp = Response::decode(&self.recv_mr[off..off + n]).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("bad response: {e}"))
+            })?;
             if self.receiver.on_message_received().is_err() {
                 self.credit_violations += 1;
             }

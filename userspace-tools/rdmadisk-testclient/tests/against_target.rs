@@ -31,6 +31,12 @@ fn start(extra: &[&str]) -> Option<Target> {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d.img");
     std::fs::write(&img, vec![0u8; 16 << 20]).unwrap();
+    // Loopback may attach, unless the test says who may.
+    let who: &[&str] = if extra.contains(&"--allow") {
+        &[]
+    } else {
+        &["--allow", "127.0.0.0/8"]
+    };
     let child = Command::new(bin)
         .args([
             "--listen",
@@ -41,6 +47,7 @@ fn start(extra: &[&str]) -> Option<Target> {
             "--export",
         ])
         .arg(format!("disk0={}", img.display()))
+        .args(who)
         .args(extra)
         .stdout(Stdio::piped())
         .spawn()

@@ -173,9 +173,13 @@ struct MapArgs {
     /// Map read-only
     #[arg(long)]
     ro: bool,
-    /// The export's shared secret in hex (note: visible to other users in the process list)
-    #[arg(long, value_name = "HEX")]
-    secret: Option<String>,
+    /// A file holding the key this host proves (its own, or the export's secret), in hex;
+    /// others may not read it. The target must then prove a key too.
+    #[arg(long, value_name = "PATH")]
+    secret_file: Option<std::path::PathBuf>,
+    /// A file holding the key the target must prove, when it is not --secret-file's
+    #[arg(long, value_name = "PATH", requires = "secret_file")]
+    target_secret_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -240,7 +244,16 @@ fn run(cli: Cli) -> Result<()> {
                 queues: a.queues,
                 poll_queues: a.poll_queues,
                 ro: a.ro,
-                secret: a.secret,
+                secret: a
+                    .secret_file
+                    .as_deref()
+                    .map(|p| map::read_key("--secret-file", p))
+                    .transpose()?,
+                target_secret: a
+                    .target_secret_file
+                    .as_deref()
+                    .map(|p| map::read_key("--target-secret-file", p))
+                    .transpose()?,
             };
             emit_line(&map::map(&sysfs, &req)?)
         }

@@ -1,7 +1,9 @@
 //! `map` and `unmap`: the `map_device` line, checked with the module's own parser first, so a
 //! mistake is explained here in words instead of as a bare EINVAL.
 
-use rdmadisk_proto::auth::{SECRET_MAX, SECRET_MIN};
+use std::path::Path;
+
+use rdmadisk_proto::auth::{wipe, SECRET_MAX, SECRET_MIN};
 use rdmadisk_proto::options::{Key, OptionError, Options, DEVICE_NAME_MAX, MAX_QUEUES};
 use rdmadisk_proto::wire::EXPORT_NAME_MAX;
 
@@ -21,7 +23,78 @@ pub struct MapRequest {
     pub queues: Option<String>,
     pub poll_queues: Option<String>,
     pub ro: bool,
-    pub secret: Option<String>,
+    /// The key this host proves, as hex read from a file ([`read_key`]).
+    pub secret: Option<KeyText>,
+    /// The key the target must prove, when not `secret` (hex from a file).
+    pub target_secret: Option<KeyText>,
+}
+
+/// A key as text: wiped when dropped, never shown by `Debug`.
+#[derive(Clone, Default)]
+pub struct KeyText(pub String);
+
+impl std::ops::Deref for KeyText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for KeyText {
+    fn drop(&mut self) {
+        wipe(&mut std::mem::take(&mut self.0).into_bytes());
+    }
+}
+
+impl std::fmt::Debug for KeyText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
+
+/// A map line that may hold a key: wiped when dropped, never shown by `Debug`.
+pub struct Line(String);
+
+impl std::fmt::Debug for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Line({} bytes)", self.0.len())
+    }
+}
+
+impl std::ops::Deref for Line {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        wipe(&mut std::mem::take(&mut self.0).into_bytes());
+    }
+}
+
+/// Reads a key file for `--secret-file` / `--target-secret-file`: hex digits, whitespace
+/// around them ignored, from a file others may not read (a key on the command line would be
+/// in every user's process list). The text read is wiped; the module checks the digits.
+pub fn read_key(flag: &str, path: &Path) -> Result<KeyText> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |err| Error::Io {
+        action: "read",
+        path: path.to_owned(),
+        err,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if meta.permissions().mode() & 0o004 != 0 {
+        return Err(Error::Invalid(format!(
+            "{flag} {}: the key file is readable by everyone; chmod o-r it",
+            path.display()
+        )));
+    }
+    let mut raw = std::fs::read(path).map_err(io)?;
+    let text = KeyText(String::from_utf8_lossy(raw.trim_ascii()).into_owned());
+    wipe(&mut raw);
+    Ok(text)
 }
 
 /// The keys `map_device` requires.
@@ -35,22 +108,19 @@ impl MapRequest {
             (Key::Export, self.export.as_str()),
         ];
         let optional = [
-            (Key::Port, &self.port),
-            (Key::TcpPort, &self.tcp_port),
-            (Key::Queues, &self.queues),
-            (Key::PollQueues, &self.poll_queues),
-            (Key::Secret, &self.secret),
+            (Key::Port, self.port.as_deref()),
+            (Key::TcpPort, self.tcp_port.as_deref()),
+            (Key::Queues, self.queues.as_deref()),
+            (Key::PollQueues, self.poll_queues.as_deref()),
+            (Key::Secret, self.secret.as_deref()),
+            (Key::TargetSecret, self.target_secret.as_deref()),
         ];
-        v.extend(
-            optional
-                .into_iter()
-                .filter_map(|(k, v)| Some((k, v.as_deref()?))),
-        );
+        v.extend(optional.into_iter().filter_map(|(k, v)| Some((k, v?))));
         v
     }
 
     /// The `map_device` line, checked as the module will check it.
-    pub fn line(&self) -> Result<String> {
+    pub fn line(&self) -> Result<Line> {
         let pairs = self.pairs();
         // A blank in a value would split it into a second key the user never typed
         // (`--export "a port=1"`); the module would see a different request.
@@ -61,19 +131,28 @@ impl MapRequest {
         if self.ro {
             words.push(Key::Ro.as_str().to_owned());
         }
-        let line = words.join(" ");
+        let line = Line(words.join(" "));
+        for w in &mut words {
+            wipe(&mut std::mem::take(w).into_bytes());
+        }
         Options::parse(line.as_bytes())
             .and_then(|o| o.require(&REQUIRED))
             .map_err(|e| Error::Invalid(self.explain(e)))?;
         Ok(line)
     }
 
-    /// The line as it may be shown: the secret replaced.
+    /// The line as it may be shown: the keys replaced.
     fn shown(&self, line: &str) -> String {
-        match &self.secret {
-            Some(s) => line.replace(&format!("secret={s}"), "secret=<hidden>"),
-            None => line.to_owned(),
+        let mut out = line.to_owned();
+        for (k, s) in [
+            (Key::Secret, &self.secret),
+            (Key::TargetSecret, &self.target_secret),
+        ] {
+            if let Some(s) = s {
+                out = out.replace(&format!("{k}={}", &**s), &format!("{k}=<hidden>"));
+            }
         }
+        out
     }
 
     fn value(&self, key: Key) -> Option<&str> {
@@ -94,7 +173,7 @@ impl MapRequest {
 /// The module's words for a bad value, the value (unless it is the secret) and what is valid.
 fn bad_value(key: Key, value: &str) -> String {
     let quoted = match key {
-        Key::Secret => String::new(),
+        Key::Secret | Key::TargetSecret => String::new(),
         _ => format!(" ('{value}')"),
     };
     format!(
@@ -118,8 +197,8 @@ pub fn rule(key: Key) -> String {
             MAX_QUEUES - 1
         ),
         Key::Ro => "no value".to_owned(),
-        Key::Secret => format!(
-            "{} to {} hex digits (an even number)",
+        Key::Secret | Key::TargetSecret => format!(
+            "a key file of {} to {} hex digits (an even number)",
             SECRET_MIN * 2,
             SECRET_MAX * 2
         ),
@@ -131,14 +210,19 @@ pub fn map(sysfs: &Sysfs, req: &MapRequest) -> Result<String> {
     let line = req.line()?;
     sysfs.check_loaded()?;
     sysfs::write(&sysfs.ctl_file("map_device"), &line, &req.shown(&line)).map_err(|e| {
-        e.with_hint(|n| match n {
-            errno::EACCES => Some("the target refused the secret, or wants one".to_owned()),
+        e.with_hint(|n| {
+            match n {
+            errno::EACCES => Some(
+                "the target refused our key, wants one, or did not prove its own (dmesg says which)"
+                    .to_owned(),
+            ),
             errno::EEXIST => Some(format!(
                 "a disk named '{}' is mapped already (see rdmadiskctl list)",
                 req.name
             )),
             errno::ENOSPC => Some("every disk slot is taken: unmap one first".to_owned()),
             _ => None,
+        }
         })
     })?;
     let devices = disk::list(sysfs)?;
@@ -188,19 +272,22 @@ mod tests {
 
     #[test]
     fn lines_carry_every_key_given() {
-        assert_eq!(req().line().unwrap(), "name=d1 addr=192.0.2.2 export=vol0");
+        assert_eq!(
+            &*req().line().unwrap(),
+            "name=d1 addr=192.0.2.2 export=vol0"
+        );
         let full = MapRequest {
             port: Some("7700".into()),
             tcp_port: Some("7701".into()),
             queues: Some("2".into()),
             poll_queues: Some("1".into()),
             ro: true,
-            secret: Some("00112233445566778899aabbccddeeff".into()),
+            secret: Some(KeyText("00112233445566778899aabbccddeeff".into())),
             ..req()
         };
         let line = full.line().unwrap();
         assert_eq!(
-            line,
+            &*line,
             "name=d1 addr=192.0.2.2 export=vol0 port=7700 tcp_port=7701 queues=2 \
              poll_queues=1 secret=00112233445566778899aabbccddeeff ro"
         );
@@ -252,12 +339,12 @@ mod tests {
     #[test]
     fn secrets_are_never_quoted() {
         let e = err(MapRequest {
-            secret: Some("0011zz".into()),
+            secret: Some(KeyText("0011zz".into())),
             ..req()
         });
         assert_eq!(
             e,
-            "invalid map options: bad value for key 'secret': expected 32 to 128 hex digits (an even number)"
+            "invalid map options: bad value for key 'secret': expected a key file of 32 to 128 hex digits (an even number)"
         );
         assert!(!e.contains("0011"));
     }

@@ -92,14 +92,16 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
 /// parses each write whole. `shown` is `value` as it may appear in an error (a secret hidden).
 pub fn write(path: &Path, value: &str, shown: &str) -> Result<()> {
     use io::Write;
-    let line = format!("{value}\n");
+    let mut line = format!("{value}\n").into_bytes();
     // No `create`: a missing file must fail, not appear as a new regular file.
     let res = fs::OpenOptions::new()
         .write(true)
         .truncate(true)
         .open(path)
         .map_err(|e| (e, true))
-        .and_then(|mut f| f.write_all(line.as_bytes()).map_err(|e| (e, false)));
+        .and_then(|mut f| f.write_all(&line).map_err(|e| (e, false)));
+    // A map line may carry a key.
+    rdmadisk_proto::auth::wipe(&mut line);
     match res {
         Ok(()) => Ok(()),
         // Only the open checks who may write; an EACCES from the write itself is the

@@ -261,6 +261,10 @@ fn kernel_refusals_point_at_dmesg() {
     let map = f.ctl().join("map_device");
     fs::remove_file(&map).unwrap();
     std::os::unix::fs::symlink("/dev/full", &map).unwrap();
+    let keydir = tempfile::tempdir().unwrap();
+    let key = keydir.path().join("d3.key");
+    fs::write(&key, "00112233445566778899aabbccddeeff\n").unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
     let (code, e) = fails(f.run(&[
         "map",
         "--name",
@@ -269,8 +273,8 @@ fn kernel_refusals_point_at_dmesg() {
         "192.0.2.2",
         "--export",
         "vol0",
-        "--secret",
-        "00112233445566778899aabbccddeeff",
+        "--secret-file",
+        key.to_str().unwrap(),
     ]));
     assert_eq!(code, 6);
     assert!(
@@ -278,6 +282,21 @@ fn kernel_refusals_point_at_dmesg() {
         "{e}"
     );
     assert!(e.contains("every disk slot is taken"), "{e}");
+    assert!(!e.contains("0011"), "{e}");
+    // A key that everyone may read is refused before anything is written.
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+    let (_, e) = fails(f.run(&[
+        "map",
+        "--name",
+        "d3",
+        "--addr",
+        "192.0.2.2",
+        "--export",
+        "vol0",
+        "--secret-file",
+        key.to_str().unwrap(),
+    ]));
+    assert!(e.contains("readable by everyone"), "{e}");
     assert!(!e.contains("0011"), "{e}");
 }
 

@@ -1,12 +1,15 @@
-//! Authentication: client messages never panic to decode and re-encode to the
-//! same bytes; a proof is accepted only for the secret, challenge and Hello it
-//! was made for; secrets parse only from 32-128 hex digits.
+//! Authentication: client messages and auth replies never panic to decode and
+//! re-encode to the same bytes; a proof is accepted only for the key, side,
+//! nonces, Hello and endpoints it was made for; secrets parse only from 32-128
+//! hex digits.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmadisk_proto::auth::{proof, proofs_equal, HmacSha256, Secret, SECRET_MAX, SECRET_MIN};
+use rdmadisk_proto::auth::{
+    proof, proofs_equal, Endpoint, HmacSha256, Secret, Side, Transcript, SECRET_MAX, SECRET_MIN,
+};
 use rdmadisk_proto::wire::{
-    auth_off, AuthRequest, ClientMsg, ExportName, Hello, CHALLENGE_LEN, REQUEST_LEN,
+    auth_off, AuthReply, AuthRequest, ClientMsg, ExportName, Hello, CHALLENGE_LEN, REQUEST_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -23,6 +26,9 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(ClientMsg::Request(r)) => assert_eq!(r.to_bytes().len(), REQUEST_LEN),
         Err(_) => {}
+    }
+    if let Ok(r) = AuthReply::decode(data) {
+        assert_eq!(AuthReply::decode(&r.to_bytes()), Ok(r));
     }
     // Any bytes as a hex secret: accepted exactly when the length and digits are right.
     let s = Secret::from_hex(data);
@@ -45,14 +51,25 @@ fuzz_target!(|data: &[u8]| {
         epoch: 7,
         export: ExportName::new(b"vol0").unwrap(),
     };
-    let p = proof(key, &ch, &hello);
-    assert!(proofs_equal(&p, &proof(key, &ch, &hello)));
-    let mut other = ch;
-    other[usize::from(rest[0]) % CHALLENGE_LEN] ^= 1;
-    assert!(!proofs_equal(&p, &proof(key, &other, &hello)));
+    let t = Transcript::new(
+        &hello,
+        ch,
+        [rest[0]; CHALLENGE_LEN],
+        Endpoint::v4([192, 0, 2, 1], u16::from(rest[0]) + 600),
+        Endpoint::v4([192, 0, 2, 2], 7700),
+    );
+    let p = proof(key, Side::Client, &t);
+    assert!(proofs_equal(&p, &proof(key, Side::Client, &t)));
+    assert!(!proofs_equal(&p, &proof(key, Side::Target, &t)));
+    let mut other = t;
+    other.target_nonce[usize::from(rest[0]) % CHALLENGE_LEN] ^= 1;
+    assert!(!proofs_equal(&p, &proof(key, Side::Client, &other)));
+    let mut other = t;
+    other.client.port ^= 1;
+    assert!(!proofs_equal(&p, &proof(key, Side::Client, &other)));
     let mut k2 = key.to_vec();
     k2[0] ^= 0x80;
-    assert!(!proofs_equal(&p, &proof(&k2, &ch, &hello)));
+    assert!(!proofs_equal(&p, &proof(&k2, Side::Client, &t)));
     // Incremental HMAC over a split input equals the one-shot one.
     let cut = usize::from(rest[0]) % data.len();
     let mut a = HmacSha256::new(key);

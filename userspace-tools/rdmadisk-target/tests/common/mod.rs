@@ -42,8 +42,14 @@ fn forward(out: impl Read + Send + 'static, tx: mpsc::Sender<String>, stop: Arc<
 
 impl Target {
     /// Starts the target with a 16 MiB read-write export `rw` and a 1 MiB read-only `ro`
-    /// (every byte 0x42), TCP only on 127.0.0.1.
+    /// (every byte 0x42), TCP only on 127.0.0.1, allowing 127.0.0.0/8 unless `extra` says who
+    /// may attach.
     pub fn start(extra: &[&str]) -> Target {
+        let who: &[&str] = if extra.iter().any(|a| *a == "--allow" || *a == "--allow-any") {
+            &[]
+        } else {
+            &["--allow", "127.0.0.0/8"]
+        };
         let dir = tempfile::tempdir().unwrap();
         let rw = dir.path().join("rw.img");
         let ro = dir.path().join("ro.img");
@@ -64,6 +70,7 @@ impl Target {
             .arg(format!("rw={}", rw.display()))
             .arg("--export-ro")
             .arg(format!("ro={}", ro.display()))
+            .args(who)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
