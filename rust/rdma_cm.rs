@@ -203,6 +203,35 @@ impl<H: CmHandler> CmId<H> {
         })
     }
 
+    /// Binds the id to local port `port` of any local address, before [`CmId::resolve_addr`],
+    /// which then keeps the port. Fails with `EADDRINUSE` or `EADDRNOTAVAIL` when another id
+    /// has the port; a port below 1024 needs `CAP_NET_BIND_SERVICE` (the kernel's own
+    /// threads and root have it).
+    pub(crate) fn bind_port(&self, port: u16) -> Result {
+        // SAFETY: All-zero is a valid `sockaddr_in` (the any address); family and port are set
+        // below.
+        let mut src: b::sockaddr_in = unsafe { core::mem::zeroed() };
+        src.sin_family = b::AF_INET as u16;
+        src.sin_port = port.to_be();
+        // SAFETY: `id` is live; the CM copies `src` before returning.
+        kernel::error::to_result(unsafe {
+            b::rdma_bind_addr(self.id.as_ptr(), ptr::from_mut(&mut src).cast())
+        })
+    }
+
+    /// The local and the remote address of the connection, each as a 16-byte IPv6 address
+    /// (IPv4 as IPv4-mapped), from its GIDs: on RoCE these are the IP addresses the route
+    /// was resolved with. All zero before [`CmEvent::AddrResolved`].
+    pub(crate) fn addresses(&self) -> ([u8; 16], [u8; 16]) {
+        let mut sgid = b::ib_gid::default();
+        let mut dgid = b::ib_gid::default();
+        // SAFETY: `id` is live; `rdma_read_gids` only reads the id's addresses and writes the
+        // two GIDs, which are valid for writes.
+        unsafe { b::rdma_read_gids(self.id.as_ptr(), &mut sgid, &mut dgid) };
+        // SAFETY: Every bit pattern of a GID's 16 bytes is a valid `raw` array.
+        unsafe { (sgid.raw, dgid.raw) }
+    }
+
     /// Starts resolving `addr:port` (IPv4) to a local RDMA device and a destination;
     /// [`CmEvent::AddrResolved`] or [`CmEvent::AddrError`] follows within about `timeout_ms`.
     pub(crate) fn resolve_addr(&self, addr: [u8; 4], port: u16, timeout_ms: u32) -> Result {
@@ -213,7 +242,7 @@ impl<H: CmHandler> CmId<H> {
         dst.sin_port = port.to_be();
         dst.sin_addr.s_addr = u32::from_ne_bytes(addr);
         // SAFETY: `id` is live; the CM copies `dst` before returning; a null source lets it
-        // pick the local address from the route.
+        // pick the local address from the route (keeping a port `bind_port` chose).
         let ret = unsafe {
             b::rdma_resolve_addr(
                 self.id.as_ptr(),

@@ -76,9 +76,11 @@ fn send_flags(more: bool, nowait: bool) -> u32 {
 }
 
 impl<T: SockEvents> TcpSocket<T> {
-    /// Connects to `addr:port`, waiting at most `timeout_ms`, which also becomes the send and
-    /// receive timeout. May sleep.
-    pub(crate) fn connect(addr: [u8; 4], port: u16, timeout_ms: u32) -> Result<Self> {
+    /// Connects to `addr:port` from local port `from` (0: any), waiting at most `timeout_ms`,
+    /// which also becomes the send and receive timeout. A `from` port another socket holds
+    /// fails with `EADDRINUSE` or `EADDRNOTAVAIL`; one below 1024 needs
+    /// `CAP_NET_BIND_SERVICE` (the kernel's own threads and root have it). May sleep.
+    pub(crate) fn connect(addr: [u8; 4], port: u16, from: u16, timeout_ms: u32) -> Result<Self> {
         let mut raw: *mut b::socket = ptr::null_mut();
         // SAFETY: `init_net` lives as long as the kernel; `raw` is valid for the result.
         check(unsafe {
@@ -114,6 +116,22 @@ impl<T: SockEvents> TcpSocket<T> {
             b::sock_no_linger(sk);
         }
         s.set_timeout_ms(timeout_ms);
+        if from != 0 {
+            let local = b::sockaddr_in {
+                sin_family: b::AF_INET as _,
+                sin_port: from.to_be(),
+                ..Default::default()
+            };
+            // SAFETY: `local` is a valid `sockaddr_in` of the given length, read during the
+            // call; the socket is ours and not yet connected.
+            check(unsafe {
+                b::kernel_bind(
+                    s.sock.as_ptr(),
+                    ptr::from_ref(&local).cast_mut().cast(),
+                    mem::size_of::<b::sockaddr_in>() as ffi::c_int,
+                )
+            })?;
+        }
         let sin = b::sockaddr_in {
             sin_family: b::AF_INET as _,
             sin_port: port.to_be(),
@@ -132,6 +150,20 @@ impl<T: SockEvents> TcpSocket<T> {
             )
         })?;
         Ok(s)
+    }
+
+    /// The socket's own address and port (IPv4).
+    pub(crate) fn local(&self) -> Result<([u8; 4], u16)> {
+        let mut sin = b::sockaddr_in::default();
+        // SAFETY: `sin` is valid for writes of a `sockaddr_in`, which is all an IPv4 socket
+        // writes; the socket is live.
+        check(unsafe {
+            b::kernel_getsockname(self.sock.as_ptr(), ptr::from_mut(&mut sin).cast())
+        })?;
+        Ok((
+            sin.sin_addr.s_addr.to_ne_bytes(),
+            u16::from_be(sin.sin_port),
+        ))
     }
 
     fn sk(&self) -> *mut b::sock {

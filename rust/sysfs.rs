@@ -84,6 +84,8 @@ pub(crate) struct Attr<T> {
     raw: b::device_attribute,
     show: Option<ShowFn<T>>,
     store: Option<StoreFn<T>>,
+    /// What is written may hold a key: the buffer is wiped once the store returns.
+    wipe: bool,
 }
 
 // SAFETY: After construction an `Attr` is immutable; the raw pointers in it point at `'static`
@@ -108,7 +110,12 @@ impl<T: Send + Sync + 'static> Attr<T> {
         if store.is_some() {
             raw.store = Some(store_callback::<T>);
         }
-        Self { raw, show, store }
+        Self {
+            raw,
+            show,
+            store,
+            wipe: false,
+        }
     }
 
     /// A read-only (0444) attribute.
@@ -116,9 +123,13 @@ impl<T: Send + Sync + 'static> Attr<T> {
         Self::new(name, 0o444, Some(show), None)
     }
 
-    /// A write-only (0200) attribute.
-    pub(crate) const fn wo(name: &'static CStr, store: StoreFn<T>) -> Self {
-        Self::new(name, 0o200, None, Some(store))
+    /// A write-only (0200) attribute. Its input may hold a key (the control files' do): the
+    /// kernel's copy of what was written is overwritten with zeros once the store has read it,
+    /// so that no freed buffer keeps the key.
+    pub(crate) const fn wo_wiped(name: &'static CStr, store: StoreFn<T>) -> Self {
+        let mut a = Self::new(name, 0o200, None, Some(store));
+        a.wipe = true;
+        a
     }
 }
 
@@ -183,6 +194,16 @@ unsafe extern "C" fn store_callback<T: Send + Sync + 'static>(
         Ok(()) => count as isize,
         Err(e) => e.to_errno() as isize,
     };
+    if attr.wipe {
+        // SAFETY: kernfs hands `store` a buffer of its own for this write (kmalloc'ed for it,
+        // or the open file's preallocated one, under that file's lock), which it frees or
+        // reuses once the store returns: writable for `count` bytes, and read by nobody but
+        // the store, which is done (`input` is not used after this). It is `const` only in
+        // the callback's signature.
+        unsafe { ptr::write_bytes(buf.cast_mut().cast::<u8>(), 0, count) };
+        // The stores must happen although this code reads the bytes no more.
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+    }
     // SAFETY: The reference taken above. Returning to sysfs after this is the usual pattern:
     // the unload then removes this device, which waits for this callback to return.
     unsafe { b::module_put(ptr::addr_of_mut!(b::__this_module)) };

@@ -92,8 +92,9 @@ impl Ctl {
 
 static IB_DEVICES: Attr<Ctl> = Attr::ro(c_str!("ib_devices"), Ctl::show_ib_devices);
 static VERSION: Attr<Ctl> = Attr::ro(c_str!("version"), Ctl::show_version);
-static PROBE: Attr<Ctl> = Attr::wo(c_str!("probe"), |_, input| crate::probe::probe(input));
-static MAP_DEVICE: Attr<Ctl> = Attr::wo(c_str!("map_device"), |ctl, input| {
+// Both lines may carry keys (`secret=`, `target_secret=`).
+static PROBE: Attr<Ctl> = Attr::wo_wiped(c_str!("probe"), |_, input| crate::probe::probe(input));
+static MAP_DEVICE: Attr<Ctl> = Attr::wo_wiped(c_str!("map_device"), |ctl, input| {
     map::map_device(&ctl.disks, input)
 });
 static DEVICES: Attr<Ctl> = Attr::ro(c_str!("devices"), |ctl, out| ctl.disks.show(out));

@@ -29,12 +29,11 @@ use crate::faults::Faults;
 use crate::host::{now_ms, ConnId, DiskInfo, DiskRq, Knobs, Pdu, QueueHost};
 use crate::kapi::blk_mq::{BlkStatus, Disk, Driver, HwQueue, RqRef, TimeoutAction};
 use crate::kapi::debugfs;
-use crate::kapi::random;
 use crate::kapi::verbs::DeviceId;
 use crate::kapi::work::{self, ReclaimQueue};
 use crate::proto::options::DeviceName;
 use crate::proto::policy::{Policy, PolicyConfig, SwitchReason, Transport};
-use crate::proto::wire::{ExportName, HelloReply};
+use crate::proto::wire::{ExportName, HelloReply, Opcode};
 use crate::queue::Queue;
 use crate::rdma_conn::Peer;
 use crate::rdma_queue::QUEUE_DEPTH;
@@ -49,6 +48,8 @@ pub(crate) const DEFAULT_LOSS_TIMEOUT_S: u32 = 60;
 pub(crate) const DEFAULT_KEEPALIVE_MS: u32 = 10_000;
 /// `fast_io_fail_s` when off (the default).
 pub(crate) const FAST_IO_FAIL_OFF: u32 = u32::MAX;
+/// What a normal unmap waits, at most, for the target to take the session's `Close`.
+const CLOSE_BUDGET_MS: u32 = 3_000;
 
 /// Where a disk's connection stands.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -97,6 +98,7 @@ pub(crate) struct DiskParams {
     pub(crate) nr_queues: u16,
     pub(crate) nr_poll_queues: u16,
     pub(crate) secret: Option<crate::proto::auth::Secret>,
+    pub(crate) target_secret: Option<crate::proto::auth::Secret>,
 }
 
 /// The mapping's first connection set, as `map_device` needs it to add the block device.
@@ -211,10 +213,13 @@ impl DiskDev {
                     tcp_port: p.tcp_port,
                     nr_queues: p.nr_queues,
                     nr_poll_queues: p.nr_poll_queues,
-                    // Never 0, which is a probe's.
-                    session_id: random::u32() | 1,
+                    // Never 0, which is a probe's. A target that has seen this host map the
+                    // export before names a floor to go above (`raise_session`).
+                    session_id: AtomicU32::new(1),
+                    stale_floor: AtomicU32::new(0),
                     read_only: p.read_only,
                     secret: p.secret,
+                    target_secret: p.target_secret,
                     max_io_bytes: AtomicU32::new(0),
                     knobs: Knobs {
                         io_timeout_ms: AtomicU32::new(DEFAULT_IO_TIMEOUT_MS),
@@ -522,12 +527,61 @@ impl DiskDev {
             drop(disk);
         } else {
             drop(disk);
+            self.close_session();
             self.stop(false);
         }
         drop(self.debugfs.lock().take());
         self.registry.remove(self.index);
         pr_info!("{}: unmapped rdmadisk{}\n", self.name(), self.index);
         Ok(())
+    }
+
+    /// A normal unmap, with every request written back: tells the target the session ends
+    /// (`Close`), so that it may forget the session's fence once its connections are gone
+    /// (docs/design.md, "The fence invariant"). A connection of its own, on the transport of
+    /// the installed set and as that set; a failure only leaves the fence in place until this
+    /// host next maps the export, and is logged. Read-only disks have no fence.
+    fn close_session(&self) {
+        let (epoch, t) = {
+            let c = self.ctrl.lock();
+            let t = c.queues.iter().flatten().next().map(Queue::transport);
+            (c.epoch, t)
+        };
+        let (Some(t), false) = (t, self.read_only || epoch == 0) else {
+            return;
+        };
+        let res = match t {
+            Transport::Rdma => crate::probe::one_shot(
+                &crate::probe::OneShot {
+                    who: self.name(),
+                    peer: self.info.peer,
+                    export: self.info.export,
+                    keys: self.info.keys(),
+                    session_id: self.info.session(),
+                    epoch,
+                    hello_flags: self.info.hello_flags(),
+                    op: Opcode::Close,
+                    budget_ms: CLOSE_BUDGET_MS,
+                },
+                false,
+            ),
+            Transport::Tcp => {
+                crate::tcp_queue::one_shot(&self.info, epoch, Opcode::Close, CLOSE_BUDGET_MS)
+            }
+        };
+        match res {
+            Ok(()) => pr_info!(
+                "{}: closed session {} at the target\n",
+                self.name(),
+                self.info.session()
+            ),
+            Err(e) => pr_info!(
+                "{}: could not close session {} at the target ({e:?}): its fence stays there until this host maps export {} again\n",
+                self.name(),
+                self.info.session(),
+                self.info.export
+            ),
+        }
     }
 
     fn queue(&self, hw: u32) -> Option<Queue> {

@@ -100,6 +100,16 @@ impl Pdu {
 /// A request of an rdmadisk.
 pub(crate) type DiskRq = Rq<Pdu>;
 
+/// A connection in log lines: its disk's name and its hardware queue.
+#[derive(Clone, Copy)]
+pub(crate) struct QueueName<'a>(pub(crate) &'a str, pub(crate) u16);
+
+impl core::fmt::Display for QueueName<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}: queue {}", self.0, self.1)
+    }
+}
+
 /// Which connection of which set: the hardware queue, and the epoch of the connection set it
 /// belongs to (every reconnect or switch connects a new set, with the next epoch).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -131,11 +141,19 @@ pub(crate) struct DiskInfo {
     /// task that polls for them (and by the health check), not by an interrupt.
     pub(crate) nr_poll_queues: u16,
     /// Ties the disk's connections together at the target (never 0: 0 is a probe's).
-    pub(crate) session_id: u32,
+    /// Sessions are ordered at the target: a new mapping asked below the fence's session
+    /// takes the one above it (`map_device` raises this before the disk is attached, never
+    /// after; docs/design.md, "The fence invariant").
+    pub(crate) session_id: AtomicU32,
+    /// The session a Hello of this disk was last refused `Stale` at (0: never).
+    pub(crate) stale_floor: AtomicU32,
     /// Mapped read-only: its Hellos say so (the target then takes no exclusive hold).
     pub(crate) read_only: bool,
-    /// The export's shared secret (`secret=`), proven on every connection that asks.
+    /// The key this host proves (`secret=`); with one, every connection insists on
+    /// authenticating, both ways.
     pub(crate) secret: Option<Secret>,
+    /// The key the target must prove, when not `secret` (`target_secret=`).
+    pub(crate) target_secret: Option<Secret>,
     /// Largest request, once mapped (0 before): a connection that cannot carry it is refused.
     pub(crate) max_io_bytes: AtomicU32,
     pub(crate) knobs: Knobs,
@@ -158,6 +176,21 @@ impl DiskInfo {
     /// Whether hardware queue `qid` is a poll queue.
     pub(crate) fn is_poll_queue(&self, qid: u16) -> bool {
         qid >= self.nr_queues - self.nr_poll_queues
+    }
+
+    /// The disk's session at the target.
+    pub(crate) fn session(&self) -> u32 {
+        self.session_id.load(Ordering::Relaxed)
+    }
+
+    /// The keys its connections prove and expect.
+    pub(crate) fn keys(&self) -> Option<crate::authn::Keys<'_>> {
+        crate::authn::Keys::new(self.secret.as_ref(), self.target_secret.as_ref())
+    }
+
+    /// A Hello was refused `Stale`: the target's fence is at session `floor`.
+    pub(crate) fn note_stale(&self, floor: u32) {
+        self.stale_floor.store(floor, Ordering::Relaxed);
     }
 
     /// [`crate::proto::wire::Hello::flags`] of the disk's connections.

@@ -151,7 +151,8 @@ pub(crate) fn finish(
                 Opcode::Write => (&stats.writes, Some(&stats.write_bytes)),
                 Opcode::Flush => (&stats.flushes, None),
                 Opcode::Discard => (&stats.discards, None),
-                Opcode::WriteZeroes | Opcode::Nop => (&stats.write_zeroes, None),
+                // Requests of blk-mq only: a NOP or a Close never carries one.
+                Opcode::WriteZeroes | Opcode::Nop | Opcode::Close => (&stats.write_zeroes, None),
             };
             Stats::inc(count);
             if let Some(b) = byte_count {

@@ -66,6 +66,22 @@ impl DiskTable {
             pr_err!("map_device: {} is already mapped\n", p.name.as_str());
             return Err(EEXIST);
         }
+        // One read-write mapping of an export per target at a time: the target fences per
+        // client host and export, so a second one would be a second writer the first knows
+        // nothing of, and the newer would supersede the older (docs/design.md, "The fence
+        // invariant").
+        if let Some(d) = disks.iter().flatten().find(|d| {
+            !p.read_only && !d.read_only && d.peer().addr == p.peer.addr && d.export() == p.export
+        }) {
+            pr_err!(
+                "map_device: export {} at {} is mapped read-write already, as rdmadisk{} ({})\n",
+                p.export,
+                d.peer(),
+                d.index,
+                d.name()
+            );
+            return Err(EBUSY);
+        }
         let Some(index) = disks.iter().position(Option::is_none) else {
             pr_err!("map_device: {MAX_DISKS} disks are mapped already\n");
             return Err(ENOSPC);
@@ -126,7 +142,7 @@ impl DiskTable {
 }
 
 /// Handles a `map_device` write: `name= addr= [port=] export= [ro] [queues=] [poll_queues=]
-/// [tcp_port=] [secret=]`.
+/// [tcp_port=] [secret= [target_secret=]]`.
 pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
     let opts = Options::parse(input)
         .and_then(|o| {
@@ -151,6 +167,7 @@ pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
         tcp_port: opts.tcp_port.unwrap_or(DEFAULT_TCP_PORT),
         read_only: opts.read_only,
         secret: opts.secret,
+        target_secret: opts.target_secret,
         // The parser keeps the sum within MAX_QUEUES.
         nr_queues: opts.queues.unwrap_or(1) + opts.poll_queues.unwrap_or(0),
         nr_poll_queues: opts.poll_queues.unwrap_or(0),

@@ -2,12 +2,14 @@
 
 //! `/sys/class/rdmadisk/ctl/probe`: one RDMA attach and one NOP against a target.
 //!
-//! Writing `addr=<ipv4> [port=<n>] export=<name> [secret=<hex>]` resolves the target,
-//! creates a PD, CQ and QP, connects with a [`Hello`], logs the [`HelloReply`] (or the
-//! refusal), authenticates if the export asks for it, sends a `Nop` request, waits for its
-//! response, then tears everything down. It is the bring-up check of
-//! the RDMA path (rdma_cm, QP, CQ, Send/Receive and the wire format against the real target),
-//! and the building blocks are the ones a device queue connects with.
+//! Writing `addr=<ipv4> [port=<n>] export=<name> [secret=<hex> [target_secret=<hex>]]`
+//! resolves the target, creates a PD, CQ and QP, connects with a Hello, logs the HelloReply
+//! (or the refusal), authenticates both ways if a key is given or the export asks for one,
+//! sends a `Nop` request, waits for its response, then tears everything down. It is the
+//! bring-up check of the RDMA path (rdma_cm, QP, CQ, Send/Receive and the wire format against
+//! the real target), and the building blocks are the ones a device queue connects with. A
+//! disk's RDMA probes from TCP are the same exchange, and so is the `Close` a normal unmap
+//! sends over RDMA ([`one_shot`]).
 //!
 //! Everything is bounded by one budget, [`BUDGET_MS`], so a dead target costs the writer at
 //! most that long. The write returns 0, or an errno the log line explains.
@@ -19,15 +21,15 @@ use kernel::{
     time::{msecs_to_jiffies, Jiffies, Ktime},
 };
 
+use crate::authn::{self, Keys};
 use crate::kapi::rdma_cm::{CmEvent, CmId, QpCaps};
 use crate::kapi::verbs::{Msg, MsgDir, MsgOwner, Pd, PollCtx, Wc};
-use crate::proto::auth::{self, Secret};
 use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT};
 use crate::proto::wire::{
-    features, AuthRequest, ExportName, Hello, HelloReply, Opcode, RemoteBuf, Request, Response,
-    Status, REQUEST_LEN, RESPONSE_LEN,
+    AuthReply, ExportName, Opcode, RemoteBuf, Request, Response, Status, AUTH_REPLY_LEN,
+    RESPONSE_LEN,
 };
-use crate::rdma_conn::{self, errno, fail, ConnEvents, ConnSpec, Peer, Watcher};
+use crate::rdma_conn::{self, errno, fail, Conn, ConnEvents, ConnSpec, Peer, Watcher};
 
 /// The whole probe, from resolving to the NOP's response.
 const BUDGET_MS: u32 = 10_000;
@@ -40,7 +42,13 @@ const AUTH_TAG: u32 = 2;
 pub(crate) fn probe(input: &[u8]) -> Result {
     let opts = Options::parse(input)
         .and_then(|o| {
-            o.only(&[Key::Addr, Key::Port, Key::Export, Key::Secret])?;
+            o.only(&[
+                Key::Addr,
+                Key::Port,
+                Key::Export,
+                Key::Secret,
+                Key::TargetSecret,
+            ])?;
             o.require(&[Key::Addr, Key::Export])?;
             Ok(o)
         })
@@ -55,7 +63,8 @@ pub(crate) fn probe(input: &[u8]) -> Result {
         addr,
         port: opts.port.unwrap_or(DEFAULT_RDMA_PORT),
     };
-    run("probe", peer, export, opts.secret.as_ref(), BUDGET_MS, true)
+    let keys = Keys::new(opts.secret.as_ref(), opts.target_secret.as_ref());
+    run("probe", peer, export, keys, BUDGET_MS, true)
         .inspect_err(|e| pr_err!("probe {peer}: failed: {e:?}\n"))
 }
 
@@ -65,7 +74,7 @@ pub(crate) fn probe(input: &[u8]) -> Result {
 struct State {
     event: Option<CmEvent>,
     sent: Option<Wc>,
-    received: Option<(Wc, [u8; RESPONSE_LEN])>,
+    received: Option<(Wc, [u8; AUTH_REPLY_LEN])>,
 }
 
 #[pin_data]
@@ -117,8 +126,8 @@ impl MsgOwner for ProbeMsg {
         {
             let mut s = waiter.state.lock();
             if msg.owner().recv {
-                let mut data = [0; RESPONSE_LEN];
-                let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
+                let mut data = [0; AUTH_REPLY_LEN];
+                let n = (wc.byte_len() as usize).min(AUTH_REPLY_LEN);
                 data[..n].copy_from_slice(&msg.data()[..n]);
                 s.received = Some((*wc, data));
             } else {
@@ -130,17 +139,48 @@ impl MsgOwner for ProbeMsg {
     }
 }
 
-/// Connects to `export` at `peer` (proving `secret` if the export asks), sends one `Nop` and
-/// checks its answer, all within `budget_ms`. `who` prefixes the log lines; `verbose` logs
-/// what the target offers.
+/// Connects to `export` at `peer` as a probe (session 0), authenticating both ways with
+/// `keys`, sends one `Nop` and checks its answer, all within `budget_ms`. `who` prefixes the
+/// log lines; `verbose` logs what the target offers.
 pub(crate) fn run(
     who: &str,
     peer: Peer,
     export: ExportName,
-    secret: Option<&Secret>,
+    keys: Option<Keys<'_>>,
     budget_ms: u32,
     verbose: bool,
 ) -> Result {
+    let shot = OneShot {
+        who,
+        peer,
+        export,
+        keys,
+        session_id: 0,
+        epoch: 0,
+        hello_flags: 0,
+        op: Opcode::Nop,
+        budget_ms,
+    };
+    one_shot(&shot, verbose)
+}
+
+/// A connection made for one request: a probe's NOP (session 0, never fenced), or the
+/// `Close` of a disk's session at a normal unmap (as the session's current set).
+pub(crate) struct OneShot<'a> {
+    pub(crate) who: &'a str,
+    pub(crate) peer: Peer,
+    pub(crate) export: ExportName,
+    pub(crate) keys: Option<Keys<'a>>,
+    pub(crate) session_id: u32,
+    pub(crate) epoch: u32,
+    pub(crate) hello_flags: u16,
+    pub(crate) op: Opcode,
+    pub(crate) budget_ms: u32,
+}
+
+/// Makes `shot`'s connection over RDMA, sends its request and checks that it is answered Ok.
+pub(crate) fn one_shot(shot: &OneShot<'_>, verbose: bool) -> Result {
+    let (who, peer, export, budget_ms) = (shot.who, shot.peer, shot.export, shot.budget_ms);
     let waiter = Arc::pin_init(
         pin_init!(Waiter {
             state <- new_mutex!(State::default(), "rdmadisk::probe::state"),
@@ -155,10 +195,9 @@ pub(crate) fn run(
         export,
         queue_id: 0,
         queue_count: 1,
-        // Outside any session: a probe is never fenced and fences nothing.
-        session_id: 0,
-        epoch: 0,
-        hello_flags: 0,
+        session_id: shot.session_id,
+        epoch: shot.epoch,
+        hello_flags: shot.hello_flags,
         caps: QpCaps {
             send_wr: 4,
             recv_wr: 4,
@@ -168,14 +207,15 @@ pub(crate) fn run(
         cq_entries: 8,
         poll: PollCtx::Workqueue,
         budget_ms,
+        floor: None,
     };
-    // The responses' receives (the authentication's, the NOP's) are posted before connecting:
-    // the Hello grants them to the target.
+    // The answers' receives (the authentication's, the request's) are posted before
+    // connecting: the Hello grants them to the target.
     let conn = rdma_conn::connect(&spec, ConnEvents::new(waiter.clone())?, |cm, pd| {
         for _ in 0..2 {
             cm.post_recv(Msg::new(
                 pd,
-                RESPONSE_LEN,
+                AUTH_REPLY_LEN,
                 MsgDir::Recv,
                 ProbeMsg {
                     waiter: waiter.clone(),
@@ -204,70 +244,64 @@ pub(crate) fn run(
     let spent = (Ktime::ktime_get().to_ns() - t0.to_ns()) / 1_000_000;
     let mut left = msecs_to_jiffies(budget_ms.saturating_sub(spent as u32));
     let res = (|| {
-        if reply.features & features::AUTH != 0 {
-            let hello = spec.hello(0);
-            authenticate(
-                &conn.cm, &conn.pd, &waiter, &mut left, peer, reply, &hello, secret,
-            )?;
+        let tag = crate::host::QueueName(who, 0);
+        if let Some(keys) = authn::needed(tag, export, shot.keys, reply)? {
+            authenticate(&conn, &waiter, &mut left, peer, keys)?;
         }
-        nop(&conn.cm, &conn.pd, &waiter, &mut left, peer, reply, verbose)
+        request(&conn, &waiter, &mut left, peer, shot.op, verbose)
     })();
     conn.cm.disconnect();
     res
 }
 
-/// Proves `secret` for the connection `hello` opened: the export asked for it.
-#[allow(clippy::too_many_arguments)]
+/// Proves `keys` for the connection and checks the target's proof of its own.
 fn authenticate(
-    cm: &CmId<ConnEvents<Arc<Waiter>>>,
-    pd: &Arc<Pd>,
+    conn: &Conn<Arc<Waiter>>,
     waiter: &Arc<Waiter>,
     left: &mut Jiffies,
     peer: Peer,
-    reply: &HelloReply,
-    hello: &Hello,
-    secret: Option<&Secret>,
+    keys: Keys<'_>,
 ) -> Result {
-    let Some(secret) = secret else {
-        pr_err!(
-            "probe {peer}: export {} requires a secret (give secret=)\n",
-            hello.export
-        );
-        return Err(errno(kb::EACCES));
-    };
-    let a = AuthRequest {
-        credits: 0,
-        tag: AUTH_TAG,
-        proof: auth::proof(secret.as_bytes(), &reply.challenge, hello),
-    };
-    let resp = exchange(cm, pd, waiter, left, peer, &a.to_bytes(), "authentication")?;
-    if resp.tag != AUTH_TAG || resp.status != Status::Ok {
-        pr_err!(
-            "probe {peer}: authentication refused: tag {} status {}\n",
-            resp.tag,
-            resp.status
-        );
-        return Err(errno(kb::EACCES));
-    }
-    Ok(())
+    let proof = authn::prove(
+        keys,
+        &conn.hello,
+        &conn.reply,
+        conn.local,
+        conn.remote,
+        AUTH_TAG,
+        0,
+    );
+    let (_, data) = exchange(
+        &conn.cm,
+        &conn.pd,
+        waiter,
+        left,
+        peer,
+        &proof.request.to_bytes(),
+        "authentication",
+    )?;
+    let answer = AuthReply::decode(&data).map_err(|e| {
+        pr_err!("probe {peer}: the answer to the authentication is not one ({e:?})\n");
+        errno(kb::EPROTO)
+    })?;
+    authn::check(peer, &proof, &answer)
 }
 
-/// Sends one `Nop` and checks its response.
-fn nop(
-    cm: &CmId<ConnEvents<Arc<Waiter>>>,
-    pd: &Arc<Pd>,
+/// Sends one data-less request (`op`: a NOP, or a Close) and checks it is answered Ok.
+fn request(
+    conn: &Conn<Arc<Waiter>>,
     waiter: &Arc<Waiter>,
     left: &mut Jiffies,
     peer: Peer,
-    reply: &HelloReply,
+    op: Opcode,
     verbose: bool,
 ) -> Result {
-    if reply.initial_credits == 0 {
+    if conn.reply.initial_credits == 0 {
         pr_err!("probe {peer}: the target granted no credits; cannot send a request\n");
         return Err(errno(kb::EPROTO));
     }
     let req = Request {
-        opcode: Opcode::Nop,
+        opcode: op,
         flags: 0,
         credits: 0,
         tag: NOP_TAG,
@@ -277,11 +311,27 @@ fn nop(
         buf: RemoteBuf::default(),
     };
     let t0 = Ktime::ktime_get();
-    let (resp, wc) = exchange_wc(cm, pd, waiter, left, peer, &req.to_bytes(), "NOP")?;
+    let (wc, data) = exchange(
+        &conn.cm,
+        &conn.pd,
+        waiter,
+        left,
+        peer,
+        &req.to_bytes(),
+        "request",
+    )?;
+    let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
+    let resp = Response::decode(&data[..n]).map_err(|e| {
+        pr_err!(
+            "probe {peer}: undecodable response ({e:?}, {} bytes)\n",
+            wc.byte_len()
+        );
+        errno(kb::EPROTO)
+    })?;
     let us = (Ktime::ktime_get().to_ns() - t0.to_ns()) / 1000;
     if resp.tag != NOP_TAG || resp.status != Status::Ok {
         pr_err!(
-            "probe {peer}: NOP answered with tag {} status {}\n",
+            "probe {peer}: {op:?} answered with tag {} status {}\n",
             resp.tag,
             resp.status
         );
@@ -292,7 +342,7 @@ fn nop(
         return Ok(());
     }
     pr_info!(
-        "probe {peer}: NOP answered: tag {} status {}, {} credits granted, {} bytes, invalidate {}, {} us\n",
+        "probe {peer}: {op:?} answered: tag {} status {}, {} credits granted, {} bytes, invalidate {}, {} us\n",
         resp.tag,
         resp.status,
         resp.credits,
@@ -303,44 +353,35 @@ fn nop(
     Ok(())
 }
 
-/// Sends one message and returns its response.
+/// Sends one message (a request or an authentication) and returns the bytes of its answer,
+/// with the receive's completion.
 fn exchange(
     cm: &CmId<ConnEvents<Arc<Waiter>>>,
     pd: &Arc<Pd>,
     waiter: &Arc<Waiter>,
     left: &mut Jiffies,
     peer: Peer,
-    bytes: &[u8; REQUEST_LEN],
+    bytes: &[u8],
     what: &str,
-) -> Result<Response> {
-    exchange_wc(cm, pd, waiter, left, peer, bytes, what).map(|(r, _)| r)
-}
-
-/// Sends one message and returns its response, with the receive's completion.
-fn exchange_wc(
-    cm: &CmId<ConnEvents<Arc<Waiter>>>,
-    pd: &Arc<Pd>,
-    waiter: &Arc<Waiter>,
-    left: &mut Jiffies,
-    peer: Peer,
-    bytes: &[u8; REQUEST_LEN],
-    what: &str,
-) -> Result<(Response, Wc)> {
+) -> Result<(Wc, [u8; AUTH_REPLY_LEN])> {
     let mut msg = Msg::new(
         pd,
-        REQUEST_LEN,
+        bytes.len(),
         MsgDir::Send,
         ProbeMsg {
             waiter: waiter.clone(),
             recv: false,
         },
     )?;
-    *msg.data_mut().first_chunk_mut().ok_or(EINVAL)? = *bytes;
+    msg.data_mut()
+        .get_mut(..bytes.len())
+        .ok_or(EINVAL)?
+        .copy_from_slice(bytes);
     waiter.state.lock().sent = None;
     cm.post_send(msg).map_err(|(e, _)| e)?;
 
     enum Outcome {
-        Received(Wc, [u8; RESPONSE_LEN]),
+        Received(Wc, [u8; AUTH_REPLY_LEN]),
         SendFailed(Wc),
         Event(CmEvent),
     }
@@ -354,7 +395,7 @@ fn exchange_wc(
             }
             s.event.take().map(Outcome::Event)
         })
-        .inspect_err(|e| pr_err!("probe {peer}: no response to the {what} ({e:?})\n"))?;
+        .inspect_err(|e| pr_err!("probe {peer}: no answer to the {what} ({e:?})\n"))?;
     let (wc, data) = match outcome {
         Outcome::Received(wc, data) => (wc, data),
         Outcome::SendFailed(wc) => {
@@ -366,24 +407,16 @@ fn exchange_wc(
             );
             return Err(EIO);
         }
-        Outcome::Event(ev) => return Err(fail("probe", peer, "waiting for a response", &ev)),
+        Outcome::Event(ev) => return Err(fail("probe", peer, "waiting for a response", &ev, None)),
     };
     if !wc.is_ok() {
         pr_err!(
-            "probe {peer}: the response's Receive failed: {} (status {}, vendor {:#x})\n",
+            "probe {peer}: the answer's Receive failed: {} (status {}, vendor {:#x})\n",
             wc.status_str(),
             wc.status(),
             wc.vendor_err()
         );
         return Err(EIO);
     }
-    let resp =
-        Response::decode(&data[..(wc.byte_len() as usize).min(RESPONSE_LEN)]).map_err(|e| {
-            pr_err!(
-                "probe {peer}: undecodable response ({e:?}, {} bytes)\n",
-                wc.byte_len()
-            );
-            errno(kb::EPROTO)
-        })?;
-    Ok((resp, wc))
+    Ok((wc, data))
 }

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Setting up one RDMA connection to a target: resolve, create the PD, CQ and QP, post the
-//! receives the Hello grants, connect with the [`Hello`] and check the [`HelloReply`].
+//! Setting up one RDMA connection to a target: bind a reserved port, resolve, create the PD, CQ
+//! and QP, post the receives the Hello grants, connect with the [`Hello`] and check the
+//! [`HelloReply`].
 //!
 //! `ctl/probe` and every hardware queue of a disk connect through [`connect`]. Until the
 //! connection is established its CM events are waited for here; afterwards they go to the
 //! owner's [`Watcher`], since any later event means the connection is failing or gone.
 
-use core::fmt;
+use core::{
+    fmt,
+    sync::atomic::{AtomicU32, Ordering},
+};
 use kernel::{
     bindings as kb, new_condvar, new_mutex,
     prelude::*,
@@ -19,6 +23,7 @@ use crate::kapi::blk_mq::Rq;
 use crate::kapi::frwr::{MrEvent, MrOwner};
 use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps};
 use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
+use crate::proto::auth::Endpoint;
 use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
 
 /// Address and route resolution each; shorter than any budget so that an unreachable host is
@@ -157,8 +162,16 @@ impl<W: Watcher> CmHandler for ConnEvents<W> {
     }
 }
 
-/// Logs an event that ended a set-up step and turns it into an errno.
-pub(crate) fn fail(who: &str, peer: Peer, step: &str, ev: &CmEvent) -> Error {
+/// Logs an event that ended a set-up step and turns it into an errno. A refusal `Stale` (the
+/// target's fence is past this session) is `ESTALE`, with the fence's session stored in
+/// `floor`.
+pub(crate) fn fail(
+    who: &str,
+    peer: Peer,
+    step: &str,
+    ev: &CmEvent,
+    floor: Option<&AtomicU32>,
+) -> Error {
     let status_or = |s: i32, dflt: Error| {
         if (-4095..0).contains(&s) {
             Error::from_errno(s)
@@ -184,6 +197,16 @@ pub(crate) fn fail(who: &str, peer: Peer, step: &str, ev: &CmEvent) -> Error {
             consumer_data,
         } => {
             match consumer_data.map(|d| HelloReply::decode(d.as_bytes())) {
+                Some(Ok(r)) if r.status == HelloStatus::Stale => {
+                    pr_warn!(
+                        "{who} {peer}: {step}: REJECTED by the target: Stale (its fence is at session {})\n",
+                        r.session_floor
+                    );
+                    if let Some(f) = floor {
+                        f.store(r.session_floor, Ordering::Relaxed);
+                    }
+                    return errno(kb::ESTALE);
+                }
                 Some(Ok(r)) => pr_err!(
                     "{who} {peer}: {step}: REJECTED by the target: {:?}\n",
                     r.status
@@ -240,6 +263,8 @@ pub(crate) struct ConnSpec<'a> {
     pub(crate) poll: PollCtx,
     /// The whole set-up, from resolving to the accept.
     pub(crate) budget_ms: u32,
+    /// Where a refusal `Stale` leaves the fence's session (see [`fail`]).
+    pub(crate) floor: Option<&'a AtomicU32>,
 }
 
 impl ConnSpec<'_> {
@@ -270,6 +295,11 @@ pub(crate) struct Conn<W: Watcher> {
     pub(crate) cq: Arc<Cq>,
     pub(crate) dev: DeviceRef,
     pub(crate) reply: HelloReply,
+    /// The Hello it was opened with, which an authentication binds.
+    pub(crate) hello: Hello,
+    /// Both ends, as an authentication binds them.
+    pub(crate) local: Endpoint,
+    pub(crate) remote: Endpoint,
 }
 
 impl<W: Watcher> Conn<W> {
@@ -334,12 +364,15 @@ pub(crate) fn connect<W: Watcher>(
         if want(&ev) {
             Ok(ev)
         } else {
-            Err(fail(who, peer, step, &ev))
+            Err(fail(who, peer, step, &ev, spec.floor))
         }
     };
 
     let resolve_ms = RESOLVE_MS.min(spec.budget_ms.max(1));
     let mut cm = CmId::new(events.clone())?;
+    // From a reserved port: only the kernel or root can have one (docs/design.md, "Access
+    // control"). The port stays through address resolution.
+    let local_port = crate::resvport::with_reserved_port(who, |p| cm.bind_port(p).map(|()| p))?;
     cm.resolve_addr(peer.addr, peer.port, resolve_ms)?;
     expect(&mut left, "resolving the address", |e| {
         matches!(e, CmEvent::AddrResolved)
@@ -387,11 +420,15 @@ pub(crate) fn connect<W: Watcher>(
         cm.disconnect();
         return Err(errno(kb::ECONNREFUSED));
     }
+    let (src, dst) = cm.addresses();
     Ok(Conn {
         cm,
         pd,
         cq,
         dev,
         reply,
+        hello,
+        local: Endpoint::v6(src, local_port),
+        remote: Endpoint::v6(dst, peer.port),
     })
 }

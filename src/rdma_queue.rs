@@ -28,21 +28,22 @@ use core::{
 };
 use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
+use crate::authn;
 use crate::faults::Fault;
-use crate::host::{now_ms, ConnId, DiskRq, Pdu, QueueHost};
+use crate::host::{now_ms, ConnId, DiskRq, Pdu, QueueHost, QueueName};
 use crate::io::{self, Via};
 use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
 use crate::kapi::frwr::{DmaRq, InvError, InvToken, MrEvent};
 use crate::kapi::rdma_cm::{CmEvent, QpCaps};
 use crate::kapi::verbs::{Cq, DeviceId, Msg, MsgDir, MsgOwner, PollCtx, RemoteAccess, Wc};
-use crate::proto::auth;
+use crate::proto::auth::{ClientProof, Endpoint};
 use crate::proto::credits::{CreditReceiver, CreditSender};
 use crate::proto::policy::Transport;
 use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    features, req_flags, AuthRequest, Hello, HelloReply, Opcode, RemoteBuf, ReqId, Request,
-    Response, Status, REQUEST_LEN, RESPONSE_LEN,
+    req_flags, AuthReply, Hello, HelloReply, Opcode, RemoteBuf, ReqId, Request, Response,
+    AUTH_REPLY_LEN, AUTH_REQUEST_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
@@ -72,6 +73,18 @@ const SLOTS: usize = QUEUE_DEPTH as usize + 1;
 const SEND_WR: u32 = 3 * QUEUE_DEPTH as u32 + 3;
 /// Receive queue: a receive per tag, and the drain's.
 const RECV_WR: u32 = QUEUE_DEPTH as u32 + 1;
+/// Bytes per receive: a response, or the answer to an authentication.
+const RECV_LEN: usize = if AUTH_REPLY_LEN > RESPONSE_LEN {
+    AUTH_REPLY_LEN
+} else {
+    RESPONSE_LEN
+};
+/// Bytes of the keepalive slot's Send buffer: a NOP, or an authentication.
+const CONTROL_LEN: usize = if AUTH_REQUEST_LEN > REQUEST_LEN {
+    AUTH_REQUEST_LEN
+} else {
+    REQUEST_LEN
+};
 
 /// A request on the wire.
 struct Inflight {
@@ -130,8 +143,8 @@ enum Auth {
     None,
     /// Sent; its answer is awaited.
     Pending,
-    Accepted,
-    Denied(Status),
+    /// Its answer, if it was one (an [`AuthReply`]); the waiter checks it.
+    Answered(Option<AuthReply>),
 }
 
 /// One hardware queue's connection.
@@ -251,7 +264,7 @@ impl RdmaQueue {
             export: info.export,
             queue_id: id.qid,
             queue_count: info.nr_queues,
-            session_id: info.session_id,
+            session_id: info.session(),
             epoch: id.epoch,
             hello_flags: info.hello_flags(),
             caps: QpCaps {
@@ -270,6 +283,7 @@ impl RdmaQueue {
                 PollCtx::Workqueue
             },
             budget_ms,
+            floor: Some(&info.stale_floor),
         };
         let watch = QueueWatch { queue: q.clone() };
         // Room for inline data after the request in each tag's Send buffer (the keepalive's
@@ -288,7 +302,7 @@ impl RdmaQueue {
                     slot,
                 };
                 let len = if slot == KEEPALIVE_SLOT {
-                    REQUEST_LEN
+                    CONTROL_LEN
                 } else {
                     REQUEST_LEN + room as usize
                 };
@@ -305,7 +319,7 @@ impl RdmaQueue {
             g.slots = slots;
             for _ in 0..depth {
                 drop(g);
-                let msg = Msg::new(pd, RESPONSE_LEN, MsgDir::Recv, RecvCtx { queue: q.clone() })?;
+                let msg = Msg::new(pd, RECV_LEN, MsgDir::Recv, RecvCtx { queue: q.clone() })?;
                 cm.post_recv(msg)?;
                 g = q.inner.lock();
                 g.recv_credits.on_recv_posted();
@@ -313,7 +327,8 @@ impl RdmaQueue {
             Ok(g.recv_credits.take_grant())
         });
         let res = res.and_then(|conn| {
-            let reply = conn.reply;
+            let (reply, hello) = (conn.reply, conn.hello);
+            let (local, remote) = (conn.local, conn.remote);
             q.dev.store(conn.dev.id().to_bits(), Ordering::Release);
             let mut g = q.inner.lock();
             g.send_credits = CreditSender::new(reply.initial_credits);
@@ -324,9 +339,10 @@ impl RdmaQueue {
             if q.polled {
                 *q.reap_cq.lock() = Some(cq);
             }
-            if reply.features & features::AUTH != 0 {
+            let who = QueueName(info.name(), id.qid);
+            if let Some(keys) = authn::needed(who, info.export, info.keys(), &reply)? {
                 let left = i64::from(budget_ms) - (now_ms() - t0);
-                q.authenticate(&spec.hello(0), &reply, left.max(1000))?;
+                q.authenticate(keys, &hello, &reply, (local, remote), left.max(1000))?;
             }
             Ok(reply)
         });
@@ -345,21 +361,20 @@ impl RdmaQueue {
         &self.host.info().stats
     }
 
-    /// Proves the disk's secret on this new connection (its export asked, with `reply`'s
-    /// challenge) and waits up to `budget_ms` for the target to accept it; nothing else goes
-    /// on the connection before. `EACCES` if the disk has no secret or the target denies it.
-    /// May sleep.
-    fn authenticate(&self, hello: &Hello, reply: &HelloReply, budget_ms: i64) -> Result {
-        let info = self.host.info();
-        let Some(secret) = info.secret.as_ref() else {
-            pr_err!(
-                "{}: export {} requires a secret: map it with secret=\n",
-                info.name(),
-                info.export
-            );
-            return Err(crate::rdma_conn::errno(kernel::bindings::EACCES));
-        };
-        let proof = auth::proof(secret.as_bytes(), &reply.challenge, hello);
+    /// Proves the disk's key on this new connection (its export asked, with `reply`'s
+    /// challenge), and checks the target's proof of its own in the answer, which it waits up
+    /// to `budget_ms` for; nothing else goes on the connection before. `EACCES` if the target
+    /// denies our key or does not prove its own. May sleep.
+    fn authenticate(
+        &self,
+        keys: authn::Keys<'_>,
+        hello: &Hello,
+        reply: &HelloReply,
+        (local, remote): (Endpoint, Endpoint),
+        budget_ms: i64,
+    ) -> Result {
+        let who = QueueName(self.name(), self.id.qid);
+        let proof: ClientProof;
         {
             let mut guard = self.inner.lock();
             let g = &mut *guard;
@@ -378,22 +393,15 @@ impl RdmaQueue {
                 }
             };
             if !g.send_credits.try_consume() {
-                pr_err!(
-                    "{}: queue {}: the target granted no credit for the authentication\n",
-                    info.name(),
-                    self.id.qid
-                );
+                pr_err!("{who}: the target granted no credit for the authentication\n");
                 g.tags.release(KEEPALIVE_SLOT);
                 g.slots[usize::from(KEEPALIVE_SLOT)].send = Some(msg);
                 return Err(crate::rdma_conn::errno(kernel::bindings::EPROTO));
             }
-            let a = AuthRequest {
-                credits: g.recv_credits.take_grant(),
-                tag: id.tag(),
-                proof,
-            };
+            let credits = g.recv_credits.take_grant();
+            proof = authn::prove(keys, hello, reply, local, remote, id.tag(), credits);
             if let Some(out) = msg.data_mut().first_chunk_mut() {
-                a.encode(out);
+                proof.request.encode(out);
             }
             g.auth = Auth::Pending;
             let Some(conn) = g.conn.as_ref() else {
@@ -410,18 +418,13 @@ impl RdmaQueue {
         loop {
             let state = self.inner.lock().auth;
             match state {
-                Auth::Accepted => {
+                Auth::Answered(answer) => {
                     self.inner.lock().auth = Auth::None;
-                    return Ok(());
-                }
-                Auth::Denied(st) => {
-                    pr_err!(
-                        "{}: queue {}: the target refused our secret for export {}: {st}\n",
-                        info.name(),
-                        self.id.qid,
-                        info.export
-                    );
-                    return Err(crate::rdma_conn::errno(kernel::bindings::EACCES));
+                    let Some(answer) = answer else {
+                        pr_err!("{who}: the answer to the authentication is not one\n");
+                        return Err(crate::rdma_conn::errno(kernel::bindings::EPROTO));
+                    };
+                    return authn::check(who, &proof, &answer);
                 }
                 Auth::None | Auth::Pending => {}
             }
@@ -429,11 +432,7 @@ impl RdmaQueue {
                 return Err(crate::rdma_conn::errno(kernel::bindings::ECONNRESET));
             }
             if now_ms() > deadline {
-                pr_err!(
-                    "{}: queue {}: no answer to the authentication within {budget_ms} ms\n",
-                    info.name(),
-                    self.id.qid
-                );
+                pr_err!("{who}: no answer to the authentication within {budget_ms} ms\n");
                 return Err(crate::rdma_conn::errno(kernel::bindings::ETIMEDOUT));
             }
             // A poll queue's answer is reaped by its poller: until the disk is live, us.
@@ -764,6 +763,10 @@ impl RdmaQueue {
         }
         let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
         let resp = Response::decode(&msg.data()[..n]);
+        // Only an authentication's answer is that long; it begins as a response does.
+        let auth_reply = (wc.byte_len() as usize == AUTH_REPLY_LEN)
+            .then(|| AuthReply::decode(msg.data()).ok())
+            .flatten();
         let mut guard = self.inner.lock();
         let g = &mut *guard;
         if g.conn.is_none() {
@@ -822,10 +825,7 @@ impl RdmaQueue {
                 return self.fail_locked(g, "the authentication's answer invalidated a key");
             }
             g.send_credits.complete();
-            g.auth = match resp.status {
-                Status::Ok => Auth::Accepted,
-                st => Auth::Denied(st),
-            };
+            g.auth = Auth::Answered(auth_reply);
             return;
         }
         if id.slot == KEEPALIVE_SLOT {

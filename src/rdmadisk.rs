@@ -15,6 +15,7 @@ use kernel::{c_str, prelude::*, sync::Arc};
 #[path = "../rust/lib.rs"]
 mod kapi;
 
+mod authn;
 mod ctl;
 mod disk;
 mod faults;
@@ -27,6 +28,7 @@ mod queue;
 mod rdma_conn;
 mod rdma_devices;
 mod rdma_queue;
+mod resvport;
 mod stats;
 mod tcp_queue;
 mod telemetry;

@@ -31,22 +31,22 @@ use kernel::{
     workqueue::{impl_has_work, Work, WorkItem},
 };
 
+use crate::authn;
 use crate::faults::Fault;
 use crate::host::now_ms;
-use crate::host::{ConnId, DiskRq, QueueHost};
+use crate::host::{ConnId, DiskInfo, DiskRq, QueueHost, QueueName};
 use crate::io::{self, Via};
 use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
 use crate::kapi::socket::{SockEvents, TcpSocket};
 use crate::kapi::work;
-use crate::proto::auth;
 use crate::proto::credits::CreditSender;
 use crate::proto::policy::Transport;
 use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    features, AuthRequest, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, ReqId,
-    Request, Response, Status, FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN, REQUEST_LEN,
-    RESPONSE_LEN,
+    AuthReply, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, ReqId, Request,
+    Response, Status, AUTH_REPLY_LEN, AUTH_REQUEST_LEN, FRAME_HEADER_LEN, HELLO_LEN,
+    HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::errno;
 use crate::rdma_queue::QUEUE_DEPTH;
@@ -265,6 +265,149 @@ fn frame<const N: usize>(kind: FrameKind, msg: &[u8], data_len: u32) -> [u8; N] 
     out
 }
 
+/// The Hello of connection `id` of the disk `d`.
+fn hello_msg(d: &DiskInfo, id: ConnId) -> Hello {
+    Hello {
+        flags: d.hello_flags(),
+        queue_id: id.qid,
+        queue_count: d.nr_queues,
+        recv_credits: QUEUE_DEPTH,
+        session_id: d.session(),
+        epoch: id.epoch,
+        export: d.export,
+    }
+}
+
+/// Connects to `d`'s target over TCP from a reserved port (docs/design.md, "Access control";
+/// only the kernel or root can have one), within `budget_ms`.
+fn dial(d: &DiskInfo, who: QueueName<'_>, budget_ms: u32) -> Result<Socket> {
+    let peer = d.tcp_peer();
+    crate::resvport::with_reserved_port(d.name(), |from| {
+        Socket::connect(peer.addr, peer.port, from, budget_ms.max(1))
+    })
+    .inspect_err(|e| pr_err!("{who}: TCP connect to {peer} failed: {e:?}\n"))
+}
+
+/// Attaches connection `id` of `d` on `sock`: the Hello and its reply, then the
+/// authentication, both ways, if either side has a key.
+fn attach(d: &DiskInfo, id: ConnId, sock: &Socket) -> Result<HelloReply> {
+    let who = QueueName(d.name(), id.qid);
+    let hello = hello_msg(d, id);
+    let out: [u8; FRAME_HEADER_LEN + HELLO_LEN] = frame(FrameKind::Hello, &hello.to_bytes(), 0);
+    sock.send(&out, false, false)?;
+    let mut buf = [0u8; FRAME_HEADER_LEN + HELLO_REPLY_LEN];
+    let n = sock.recv(&mut buf, true)?;
+    let parsed = match (n, FrameHeader::decode(&buf)) {
+        (n, Ok(h)) if n == buf.len() && h.kind == FrameKind::HelloReply && h.data_len == 0 => {
+            HelloReply::decode(&buf[FRAME_HEADER_LEN..]).ok()
+        }
+        _ => None,
+    };
+    let Some(reply) = parsed else {
+        pr_err!(
+            "{who}: no valid Hello reply over TCP from {}\n",
+            d.tcp_peer()
+        );
+        return Err(errno(kb::EPROTO));
+    };
+    if reply.status == HelloStatus::Stale {
+        pr_warn!(
+            "{who}: REJECTED over TCP by the target: Stale (its fence is at session {})\n",
+            reply.session_floor
+        );
+        d.note_stale(reply.session_floor);
+        return Err(errno(kb::ESTALE));
+    }
+    if reply.status != HelloStatus::Ok {
+        pr_err!(
+            "{who}: REJECTED over TCP by the target: {:?}\n",
+            reply.status
+        );
+        return Err(errno(kb::ECONNREFUSED));
+    }
+    if let Some(keys) = authn::needed(who, d.export, d.keys(), &reply)? {
+        authenticate(d, who, sock, keys, &hello, &reply)?;
+    }
+    Ok(reply)
+}
+
+/// Proves the disk's key (the export asked, with `reply`'s challenge) before anything else
+/// goes on the connection, and checks the target's proof of its own in the answer: `EACCES`
+/// if the target denies our key or does not prove its own.
+fn authenticate(
+    d: &DiskInfo,
+    who: QueueName<'_>,
+    sock: &Socket,
+    keys: authn::Keys<'_>,
+    hello: &Hello,
+    reply: &HelloReply,
+) -> Result {
+    let (local_addr, local_port) = sock.local()?;
+    let peer = d.tcp_peer();
+    let proof = authn::prove(
+        keys,
+        hello,
+        reply,
+        authn::endpoint(local_addr, local_port),
+        authn::endpoint(peer.addr, peer.port),
+        0,
+        0,
+    );
+    let out: [u8; FRAME_HEADER_LEN + AUTH_REQUEST_LEN] =
+        frame(FrameKind::Auth, &proof.request.to_bytes(), 0);
+    sock.send(&out, false, false)?;
+    let mut buf = [0u8; FRAME_HEADER_LEN + AUTH_REPLY_LEN];
+    let n = sock.recv(&mut buf, true)?;
+    let answer = match (n, FrameHeader::decode(&buf)) {
+        (n, Ok(h)) if n == buf.len() && h.kind == FrameKind::AuthReply && h.data_len == 0 => {
+            AuthReply::decode(&buf[FRAME_HEADER_LEN..]).ok()
+        }
+        _ => None,
+    };
+    let Some(answer) = answer else {
+        pr_err!("{who}: no valid answer to the authentication over TCP\n");
+        return Err(errno(kb::EPROTO));
+    };
+    authn::check(who, &proof, &answer)
+}
+
+/// A connection of `d`'s session, as connection set `epoch`, made for one data-less request
+/// (`op`: the `Close` of a normal unmap), which must be answered Ok. May sleep.
+pub(crate) fn one_shot(d: &DiskInfo, epoch: u32, op: Opcode, budget_ms: u32) -> Result {
+    let id = ConnId { qid: 0, epoch };
+    let who = QueueName(d.name(), 0);
+    let sock = dial(d, who, budget_ms)?;
+    attach(d, id, &sock)?;
+    let req = Request {
+        opcode: op,
+        flags: 0,
+        credits: 0,
+        tag: 0,
+        sector: 0,
+        length: 0,
+        data_crc: 0,
+        buf: Default::default(),
+    };
+    let out: [u8; FRAME_HEADER_LEN + REQUEST_LEN] = frame(FrameKind::Request, &req.to_bytes(), 0);
+    sock.send(&out, false, false)?;
+    let mut buf = [0u8; FRAME_HEADER_LEN + RESPONSE_LEN];
+    let n = sock.recv(&mut buf, true)?;
+    let resp = match (n, FrameHeader::decode(&buf)) {
+        (n, Ok(h)) if n == buf.len() && h.kind == FrameKind::Response && h.data_len == 0 => {
+            Response::decode(&buf[FRAME_HEADER_LEN..]).ok()
+        }
+        _ => None,
+    };
+    match resp {
+        Some(r) if r.status == Status::Ok => Ok(()),
+        Some(r) => {
+            pr_warn!("{who}: {op:?} answered {}\n", r.status);
+            Err(errno(kb::EPROTO))
+        }
+        None => Err(errno(kb::EPROTO)),
+    }
+}
+
 impl TcpQueue {
     /// Connects queue `id.qid` of `host`'s disk to the target's TCP port, as part of
     /// connection set `id.epoch`, within `budget_ms`; returns it with the target's Hello
@@ -312,18 +455,8 @@ impl TcpQueue {
             }),
             GFP_KERNEL,
         )?;
-        let peer = disk.tcp_peer();
-        let mut sock =
-            Socket::connect(peer.addr, peer.port, budget_ms.max(1)).inspect_err(|e| {
-                pr_err!(
-                    "{}: queue {qid}: TCP connect to {peer} failed: {e:?}\n",
-                    disk.name()
-                )
-            })?;
-        let reply = q.hello(&sock)?;
-        if reply.features & features::AUTH != 0 {
-            q.authenticate(&sock, &reply)?;
-        }
+        let mut sock = dial(disk, QueueName(disk.name(), qid), budget_ms)?;
+        let reply = attach(disk, id, &sock)?;
         sock.set_timeout_ms(disk.io_timeout_ms());
         let ka = disk.keepalive_ms();
         if ka > 0 {
@@ -341,105 +474,6 @@ impl TcpQueue {
         // Anything that arrived before the hook was in place.
         kick_rx(&q);
         Ok((q, reply))
-    }
-
-    /// This connection's Hello.
-    fn hello_msg(&self) -> Hello {
-        let d = self.host.info();
-        Hello {
-            flags: d.hello_flags(),
-            queue_id: self.id.qid,
-            queue_count: d.nr_queues,
-            recv_credits: QUEUE_DEPTH,
-            session_id: d.session_id,
-            epoch: self.id.epoch,
-            export: d.export,
-        }
-    }
-
-    /// Proves the disk's secret (the export asked, with `reply`'s challenge) before anything
-    /// else goes on the connection, and waits for the target's answer: `EACCES` if the disk
-    /// has no secret or the target denies it.
-    fn authenticate(&self, sock: &Socket, reply: &HelloReply) -> Result {
-        let d = self.host.info();
-        let Some(secret) = d.secret.as_ref() else {
-            pr_err!(
-                "{}: export {} requires a secret: map it with secret=\n",
-                d.name(),
-                d.export
-            );
-            return Err(errno(kb::EACCES));
-        };
-        let a = AuthRequest {
-            credits: 0,
-            tag: 0,
-            proof: auth::proof(secret.as_bytes(), &reply.challenge, &self.hello_msg()),
-        };
-        let out: [u8; FRAME_HEADER_LEN + REQUEST_LEN] = frame(FrameKind::Request, &a.to_bytes(), 0);
-        sock.send(&out, false, false)?;
-        let mut buf = [0u8; FRAME_HEADER_LEN + RESPONSE_LEN];
-        let n = sock.recv(&mut buf, true)?;
-        let resp = match (n, FrameHeader::decode(&buf)) {
-            (n, Ok(h)) if n == buf.len() && h.kind == FrameKind::Response && h.data_len == 0 => {
-                Response::decode(&buf[FRAME_HEADER_LEN..]).ok()
-            }
-            _ => None,
-        };
-        match resp {
-            Some(r) if r.status == Status::Ok => Ok(()),
-            Some(r) => {
-                pr_err!(
-                    "{}: queue {}: the target refused our secret for export {}: {}\n",
-                    d.name(),
-                    self.id.qid,
-                    d.export,
-                    r.status
-                );
-                Err(errno(kb::EACCES))
-            }
-            None => {
-                pr_err!(
-                    "{}: queue {}: no valid answer to the authentication over TCP\n",
-                    d.name(),
-                    self.id.qid
-                );
-                Err(errno(kb::EPROTO))
-            }
-        }
-    }
-
-    fn hello(&self, sock: &Socket) -> Result<HelloReply> {
-        let d = self.host.info();
-        let hello = self.hello_msg();
-        let out: [u8; FRAME_HEADER_LEN + HELLO_LEN] = frame(FrameKind::Hello, &hello.to_bytes(), 0);
-        sock.send(&out, false, false)?;
-        let mut buf = [0u8; FRAME_HEADER_LEN + HELLO_REPLY_LEN];
-        let n = sock.recv(&mut buf, true)?;
-        let parsed = match (n, FrameHeader::decode(&buf)) {
-            (n, Ok(h)) if n == buf.len() && h.kind == FrameKind::HelloReply && h.data_len == 0 => {
-                HelloReply::decode(&buf[FRAME_HEADER_LEN..]).ok()
-            }
-            _ => None,
-        };
-        let Some(reply) = parsed else {
-            pr_err!(
-                "{}: queue {}: no valid Hello reply over TCP from {}\n",
-                d.name(),
-                self.id.qid,
-                d.tcp_peer()
-            );
-            return Err(errno(kb::EPROTO));
-        };
-        if reply.status != HelloStatus::Ok {
-            pr_err!(
-                "{}: queue {}: REJECTED over TCP by the target: {:?}\n",
-                d.name(),
-                self.id.qid,
-                reply.status
-            );
-            return Err(errno(kb::ECONNREFUSED));
-        }
-        Ok(reply)
     }
 
     fn name(&self) -> &str {

@@ -34,7 +34,8 @@ pub(crate) enum Op {
 const OPS: usize = 5;
 
 impl Op {
-    /// The telemetry operation of a protocol one; `None` for a keepalive (not an I/O).
+    /// The telemetry operation of a protocol one; `None` for a keepalive or a close (not
+    /// I/O).
     pub(crate) fn of(op: Opcode) -> Option<Op> {
         Some(match op {
             Opcode::Read => Op::Read,
@@ -42,7 +43,7 @@ impl Op {
             Opcode::Flush => Op::Flush,
             Opcode::Discard => Op::Discard,
             Opcode::WriteZeroes => Op::WriteZeroes,
-            Opcode::Nop => return None,
+            Opcode::Nop | Opcode::Close => return None,
         })
     }
 }

@@ -37,6 +37,15 @@ fn show_value(out: &mut ShowBuf<'_>, v: impl core::fmt::Display) -> Result {
     writeln!(out, "{v}").map_err(|_| EFBIG)
 }
 
+/// A key as its sysfs file shows it: whether there is one, never the key.
+fn set_or_none(k: &Option<crate::proto::auth::Secret>) -> &'static str {
+    if k.is_some() {
+        "set"
+    } else {
+        "none"
+    }
+}
+
 impl DiskDev {
     fn show_name(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(out, self.name())
@@ -73,14 +82,17 @@ impl DiskDev {
 
     /// Whether the map gave a `secret=`; the secret itself is never shown.
     fn show_secret(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(
-            out,
-            if self.info.secret.is_some() {
-                "set"
-            } else {
-                "none"
-            },
-        )
+        show_value(out, set_or_none(&self.info.secret))
+    }
+
+    /// Whether the map gave a `target_secret=`; never shown either.
+    fn show_target_secret(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, set_or_none(&self.info.target_secret))
+    }
+
+    /// The disk's session at the target (docs/design.md, "The fence invariant").
+    fn show_session_id(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.info.session())
     }
 
     fn show_state(&self, out: &mut ShowBuf<'_>) -> Result {
@@ -393,6 +405,9 @@ static POLL_QUEUES: DiskAttr<DiskDev> =
     DiskAttr::ro(c_str!("poll_queues"), DiskDev::show_poll_queues);
 static RO: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("ro"), DiskDev::show_ro);
 static SECRET: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("secret"), DiskDev::show_secret);
+static TARGET_SECRET: DiskAttr<DiskDev> =
+    DiskAttr::ro(c_str!("target_secret"), DiskDev::show_target_secret);
+static SESSION_ID: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("session_id"), DiskDev::show_session_id);
 static STATE: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("state"), DiskDev::show_state);
 static STATS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("stats"), DiskDev::show_stats);
 static UNMAP: DiskAttr<DiskDev> = DiskAttr::wo_self_remove(c_str!("unmap"), DiskDev::store_unmap);
@@ -468,6 +483,8 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &POLL_QUEUES,
     &RO,
     &SECRET,
+    &TARGET_SECRET,
+    &SESSION_ID,
     &STATE,
     &STATS,
     &UNMAP,

@@ -343,13 +343,18 @@ impl DiskDev {
     }
 
     /// Connects a set on `want` and installs it. A failed RDMA attempt counts as an RDMA
-    /// failure.
+    /// failure. A refusal `Stale` means a newer mapping of the export from this host took over
+    /// at the target: the disk fails for good.
     fn bring_up(self: &Arc<Self>, want: Transport) -> Result {
         let epoch = self.next_epoch();
         match self.connect_set(want, epoch, self.budget_ms()) {
             Ok(set) => {
                 self.install(set, epoch, want);
                 Ok(())
+            }
+            Err(e) if e == errno(kernel::bindings::ESTALE) => {
+                self.superseded();
+                Err(e)
             }
             Err(e) => {
                 if want == Transport::Rdma {
@@ -388,9 +393,21 @@ impl DiskDev {
     fn attach_first_set(self: &Arc<Self>) {
         let epoch = self.next_epoch();
         let budget = self.budget_ms();
-        let res = match self.connect_set(Transport::Rdma, epoch, budget) {
+        let mut first = self.connect_set(Transport::Rdma, epoch, budget);
+        // Asked below the target's fence (an earlier mapping of this export by this host):
+        // ask again above it, once. Nothing of this disk has attached yet, so no connection
+        // of the session so far can be told apart from the new one.
+        if first
+            .as_ref()
+            .is_err_and(|e| *e == errno(kernel::bindings::ESTALE))
+            && self.raise_session()
+        {
+            first = self.connect_set(Transport::Rdma, epoch, budget);
+        }
+        let res = match first {
             Ok(set) => Ok((set, Transport::Rdma)),
             Err(e) if e == errno(kernel::bindings::ECONNREFUSED) => Err(e),
+            Err(e) if e == errno(kernel::bindings::ESTALE) => Err(e),
             Err(e) => {
                 pr_warn!("{}: no RDMA connection ({e:?}); trying TCP\n", self.name());
                 match self.connect_set(Transport::Tcp, epoch, budget) {
@@ -425,6 +442,54 @@ impl DiskDev {
         let mut a = self.attach.lock();
         a.get_or_insert(outcome);
         self.attach_cv.notify_all();
+    }
+
+    /// Takes the session above the one the target's fence named (a Hello of this disk was
+    /// refused `Stale`), before the disk first attaches; false if there is none above it.
+    fn raise_session(&self) -> bool {
+        let floor = self
+            .info
+            .stale_floor
+            .load(core::sync::atomic::Ordering::Relaxed);
+        let Some(next) = floor.checked_add(1) else {
+            pr_err!(
+                "{}: the target's fence for this host and export is at the last session there is\n",
+                self.name()
+            );
+            return false;
+        };
+        pr_info!(
+            "{}: the target's fence for this host and export is at session {floor}: mapping as session {next}\n",
+            self.name()
+        );
+        self.info
+            .session_id
+            .store(next, core::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
+    /// The target refused a reconnect `Stale`: a newer mapping of the export from this host
+    /// has taken over there, and this session may never write again (docs/design.md, "The
+    /// fence invariant"). The disk fails for good, as at the loss timeout.
+    fn superseded(&self) {
+        {
+            let mut c = self.ctrl.lock();
+            if !matches!(c.state, State::Reconnecting { .. } | State::Live) {
+                return;
+            }
+            c.state = State::Failed;
+        }
+        pr_err!(
+            "{}: session {} was superseded at the target by a newer mapping of export {} from this host: failing all I/O; the disk stays failed until it is unmapped\n",
+            self.name(),
+            self.info.session(),
+            self.info.export
+        );
+        self.teardown_all(|rq| self.requeue_or_fail(rq, false));
+        if let Some(d) = self.disk.lock().as_ref() {
+            d.mark_dead();
+        }
+        self.restart_io();
     }
 
     /// Whether `fast_io_fail_s` (if set) has passed in an outage that began at `since_ms`.
@@ -607,7 +672,7 @@ impl DiskDev {
                 self.name(),
                 self.info.peer,
                 self.info.export,
-                self.info.secret.as_ref(),
+                self.info.keys(),
                 budget,
                 false,
             )

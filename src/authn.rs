@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The client's side of authentication, as every connection of a disk and every probe does it
+//! (docs/design.md, "Access control"): it proves the host's key and checks the target's proof
+//! of its own, both bound to the Hello, both nonces and both endpoints
+//! ([`crate::proto::auth`]). A disk mapped with a key refuses a target that does not ask for
+//! it: anyone who can answer a Hello could otherwise serve it.
+
+use core::fmt::Display;
+use kernel::{bindings as kb, prelude::*};
+
+use crate::kapi::random;
+use crate::proto::auth::{ClientProof, Endpoint, Secret, Transcript};
+use crate::proto::wire::{features, AuthReply, Hello, HelloReply, CHALLENGE_LEN};
+use crate::rdma_conn::errno;
+
+/// The keys a connection proves and expects: the host's (`secret=`), and the target's
+/// (`target_secret=`, or the host's).
+#[derive(Clone, Copy)]
+pub(crate) struct Keys<'a> {
+    key: &'a Secret,
+    target: &'a Secret,
+}
+
+impl<'a> Keys<'a> {
+    pub(crate) fn new(secret: Option<&'a Secret>, target: Option<&'a Secret>) -> Option<Self> {
+        secret.map(|key| Keys {
+            key,
+            target: target.unwrap_or(key),
+        })
+    }
+}
+
+/// Whether the connection `reply` answered must prove `keys`: `Ok(Some)` if the target asked
+/// and there are keys, `Ok(None)` if neither; `EACCES`, logged, if only one side has a key.
+pub(crate) fn needed<'a>(
+    who: impl Display,
+    export: impl Display,
+    keys: Option<Keys<'a>>,
+    reply: &HelloReply,
+) -> Result<Option<Keys<'a>>> {
+    match (keys, reply.features & features::AUTH != 0) {
+        (Some(k), true) => Ok(Some(k)),
+        (None, false) => Ok(None),
+        (None, true) => {
+            pr_err!("{who}: export {export} requires a key: map it with secret=\n");
+            Err(errno(kb::EACCES))
+        }
+        (Some(_), false) => {
+            pr_err!(
+                "{who}: the target did not ask for our key for export {export}: refusing a target that does not authenticate\n"
+            );
+            Err(errno(kb::EACCES))
+        }
+    }
+}
+
+/// One end of a connection as the proofs see it.
+pub(crate) fn endpoint(addr: [u8; 4], port: u16) -> Endpoint {
+    Endpoint::v4(addr, port)
+}
+
+/// Starts proving `keys` for the connection `hello` opened from `local` to `remote`: the
+/// request to send (with a fresh nonce of ours), and what the answer must carry.
+pub(crate) fn prove(
+    keys: Keys<'_>,
+    hello: &Hello,
+    reply: &HelloReply,
+    local: Endpoint,
+    remote: Endpoint,
+    tag: u32,
+    credits: u16,
+) -> ClientProof {
+    let mut nonce = [0u8; CHALLENGE_LEN];
+    random::fill(&mut nonce);
+    let t = Transcript::new(hello, reply.challenge, nonce, local, remote);
+    ClientProof::new(
+        keys.key.as_bytes(),
+        keys.target.as_bytes(),
+        &t,
+        tag,
+        credits,
+    )
+}
+
+/// Checks the target's answer to `proof`; `EACCES`, logged with `who`, if it refused our key
+/// or did not prove its own.
+pub(crate) fn check(who: impl Display, proof: &ClientProof, reply: &AuthReply) -> Result {
+    proof.check(reply).map_err(|e| {
+        pr_err!("{who}: authentication failed: {e}\n");
+        errno(kb::EACCES)
+    })
+}
