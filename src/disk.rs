@@ -15,7 +15,7 @@ mod session;
 
 pub(crate) use knobs::ATTRS;
 
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kernel::{
     new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
@@ -217,6 +217,7 @@ impl DiskDev {
                     // export before names a floor to go above (`raise_session`).
                     session_id: AtomicU32::new(1),
                     stale_floor: AtomicU32::new(0),
+                    opening: AtomicBool::new(true),
                     read_only: p.read_only,
                     secret: p.secret,
                     target_secret: p.target_secret,

@@ -9,7 +9,7 @@
 //! (reconnect, switch transport, give up). This module imports nothing of the disk, so the
 //! transports do not either.
 
-use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use kernel::sync::Arc;
 
 use crate::faults::Faults;
@@ -147,6 +147,9 @@ pub(crate) struct DiskInfo {
     pub(crate) session_id: AtomicU32,
     /// The session a Hello of this disk was last refused `Stale` at (0: never).
     pub(crate) stale_floor: AtomicU32,
+    /// The disk has not attached yet: its Hellos open a session, which the target admits
+    /// only above every session it has seen of this host and export.
+    pub(crate) opening: AtomicBool,
     /// Mapped read-only: its Hellos say so (the target then takes no exclusive hold).
     pub(crate) read_only: bool,
     /// The key this host proves (`secret=`); with one, every connection insists on
@@ -195,11 +198,14 @@ impl DiskInfo {
 
     /// [`crate::proto::wire::Hello::flags`] of the disk's connections.
     pub(crate) fn hello_flags(&self) -> u16 {
-        if self.read_only {
-            crate::proto::wire::hello_flags::READ_ONLY
+        use crate::proto::wire::hello_flags::{NEW_SESSION, READ_ONLY};
+        let ro = if self.read_only { READ_ONLY } else { 0 };
+        let new = if self.opening.load(Ordering::Relaxed) {
+            NEW_SESSION
         } else {
             0
-        }
+        };
+        ro | new
     }
 
     /// The target's TCP endpoint.

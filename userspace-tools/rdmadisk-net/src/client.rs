@@ -81,8 +81,9 @@ pub struct ConnectOptions {
     /// Connect from a reserved port (below 1024) when the process may bind one, as the kernel
     /// module does; false: from any port, as an unprivileged process would.
     pub reserved_port: bool,
-    /// `session_id` starts a new session: if the target answers Stale (its fence is at a
-    /// session at or above it), ask once more with the session above the fence's.
+    /// `session_id` starts a new session: the Hello says so (the target refuses it Stale
+    /// unless it is above every session its fence has seen of this client and export), and
+    /// a Stale answer is asked once more with the session above the fence's.
     pub new_session: bool,
 }
 
@@ -259,12 +260,12 @@ impl TcpClient {
     /// is asked once more above the fence's session ([`TcpClient::session`] says which).
     pub fn connect(addr: SocketAddr, opts: &ConnectOptions) -> Result<TcpClient, ConnectError> {
         match Self::connect_once(addr, opts) {
-            Err(ConnectError::Stale(floor)) if opts.new_session && floor >= opts.session_id => {
+            Err(ConnectError::Stale(floor)) if opts.new_session => {
+                // Once: the Hello still opens a session, now above the floor.
                 let again = ConnectOptions {
                     session_id: floor
                         .checked_add(1)
                         .ok_or(ConnectError::Refused(HelloStatus::Stale))?,
-                    new_session: false,
                     ..opts.clone()
                 };
                 Self::connect_once(addr, &again)
@@ -284,7 +285,12 @@ impl TcpClient {
         let export = ExportName::new(opts.export.as_bytes())
             .map_err(|e| ConnectError::Protocol(e.to_string()))?;
         let hello = Hello {
-            flags: opts.flags,
+            flags: opts.flags
+                | if opts.new_session {
+                    rdmadisk_proto::wire::hello_flags::NEW_SESSION
+                } else {
+                    0
+                },
             queue_id: opts.queue_id,
             queue_count: opts.queue_count,
             recv_credits: opts.recv_credits,

@@ -12,8 +12,9 @@
 //!
 //! So every connection carries its client's session id and an epoch
 //! ([`super::wire::Hello`]). Sessions are *ordered*: a new mapping takes an id
-//! above every session the target has seen of that client and export (the
-//! target tells it the floor when it asks too low, [`Fence::admit_hello`]).
+//! above every session the target has seen of that client and export (its
+//! Hellos say they open a session, and the target tells it the floor when it
+//! asks too low, [`Fence::admit_hello`]); it can never join an older session.
 //! Within a session the client raises the epoch for each new connection set.
 //! The target keeps one [`Fence`] per client and export: the newest
 //! (session, epoch) that has sent a request.
@@ -87,12 +88,20 @@ impl Fence {
     }
 
     /// Whether a Hello of `session`/`epoch` may attach: a probe, a newer
-    /// session, or the current session with its current or a newer epoch.
-    pub fn admit_hello(&self, session: u32, epoch: u32) -> Result<(), Stale> {
+    /// session, or the current session with its current or a newer epoch. A
+    /// Hello that opens a session (`new`: the client's mapping has not attached
+    /// yet) must be above the fence's session: equal would join an older
+    /// mapping's session, whose stale writes the fence must keep out.
+    pub fn admit_hello(&self, session: u32, epoch: u32, new: bool) -> Result<(), Stale> {
         match self.cur {
             _ if session == 0 => Ok(()),
             None => Ok(()),
-            Some((cs, ce)) if session > cs || (session == cs && !epoch_newer(ce, epoch)) => Ok(()),
+            Some((cs, _)) if new && session > cs => Ok(()),
+            Some((cs, ce))
+                if !new && (session > cs || (session == cs && !epoch_newer(ce, epoch))) =>
+            {
+                Ok(())
+            }
             Some((cs, _)) => Err(Stale { floor: cs }),
         }
     }
@@ -136,19 +145,19 @@ mod tests {
         assert_eq!(f.advance(7, 1), Verdict::Apply);
         assert_eq!(f.check(7, 1), Verdict::Apply);
         // A newer set attaches: nothing changes until it sends a request.
-        assert_eq!(f.admit_hello(7, 2), Ok(()));
+        assert_eq!(f.admit_hello(7, 2, false), Ok(()));
         assert_eq!(f.check(7, 1), Verdict::Apply);
         assert_eq!(f.check(7, 2), Verdict::Advance);
         assert_eq!(f.advance(7, 2), Verdict::Apply);
         assert_eq!(f.current(), Some((7, 2)));
         assert_eq!(f.check(7, 1), Verdict::Fenced);
         assert_eq!(
-            f.admit_hello(7, 1),
+            f.admit_hello(7, 1, false),
             Err(Stale { floor: 7 }),
             "an older epoch may not attach again"
         );
-        assert_eq!(f.admit_hello(7, 2), Ok(()));
-        assert_eq!(f.admit_hello(7, 3), Ok(()));
+        assert_eq!(f.admit_hello(7, 2, false), Ok(()));
+        assert_eq!(f.admit_hello(7, 3, false), Ok(()));
     }
 
     #[test]
@@ -163,12 +172,12 @@ mod tests {
             Verdict::Fenced,
             "a superseded session stays out"
         );
-        assert_eq!(f.admit_hello(7, 6), Err(Stale { floor: 9 }));
+        assert_eq!(f.admit_hello(7, 6, false), Err(Stale { floor: 9 }));
         assert_eq!(f.check(9, 1), Verdict::Apply);
         // A lower session that the fence never saw is superseded too.
         assert_eq!(f.check(8, 100), Verdict::Fenced);
-        assert_eq!(f.admit_hello(8, 0), Err(Stale { floor: 9 }));
-        assert_eq!(f.admit_hello(10, 0), Ok(()));
+        assert_eq!(f.admit_hello(8, 0, false), Err(Stale { floor: 9 }));
+        assert_eq!(f.admit_hello(10, 0, false), Ok(()));
     }
 
     /// The hole this rule closes: a fence that remembered the last four sessions it left let
@@ -184,7 +193,7 @@ mod tests {
         }
         assert_eq!(f.advance(1, 0), Verdict::Fenced);
         assert_eq!(f.advance(1, 12345), Verdict::Fenced);
-        assert!(f.admit_hello(1, 1).is_err());
+        assert!(f.admit_hello(1, 1, false).is_err());
         assert_eq!(f.current(), Some((99_999, 99_999 % 7)));
     }
 
@@ -195,7 +204,7 @@ mod tests {
         f.advance(0, 0);
         assert_eq!(f.current(), None);
         f.advance(3, 3);
-        assert_eq!(f.admit_hello(0, 0), Ok(()));
+        assert_eq!(f.admit_hello(0, 0, false), Ok(()));
         assert_eq!(f.check(0, 99), Verdict::Apply);
         assert_eq!(f.current(), Some((3, 3)));
     }
@@ -213,10 +222,24 @@ mod tests {
         assert_eq!(f.check(1, u32::MAX), Verdict::Fenced);
     }
 
-    /// One step of a history: a Hello, or a request, of (session, epoch).
+    #[test]
+    fn a_new_mapping_never_joins_an_old_session() {
+        let mut f = Fence::new();
+        f.advance(1, 1);
+        // The same (session, epoch) as the fence: a reconnect may attach, a new mapping may not.
+        assert_eq!(f.admit_hello(1, 1, false), Ok(()));
+        assert_eq!(f.admit_hello(1, 1, true), Err(Stale { floor: 1 }));
+        assert_eq!(f.admit_hello(1, 9, true), Err(Stale { floor: 1 }));
+        assert_eq!(f.admit_hello(2, 1, true), Ok(()));
+        assert_eq!(f.admit_hello(0, 0, true), Ok(()), "a probe");
+        assert_eq!(Fence::new().admit_hello(1, 1, true), Ok(()));
+    }
+
+    /// One step of a history: a Hello (opening a session or not), or a request, of
+    /// (session, epoch).
     #[derive(Debug, Clone, Copy)]
     enum Step {
-        Hello(u32, u32),
+        Hello(u32, u32, bool),
         Request(u32, u32),
     }
 
@@ -227,9 +250,9 @@ mod tests {
             prop_oneof![1 => Just(0u32), 8 => 1u32..64, 4 => any::<u32>()],
             prop_oneof![4 => 0u32..8, 1 => (u32::MAX - 4)..=u32::MAX],
         );
-        (any::<bool>(), pair).prop_map(|(h, (s, e))| {
+        (any::<bool>(), any::<bool>(), pair).prop_map(|(h, new, (s, e))| {
             if h {
-                Step::Hello(s, e)
+                Step::Hello(s, e, new)
             } else {
                 Step::Request(s, e)
             }
@@ -253,19 +276,21 @@ mod tests {
             };
             for st in steps {
                 match st {
-                    Step::Hello(s, e) => {
-                        let r = f.admit_hello(s, e);
+                    Step::Hello(s, e, new) => {
+                        let r = f.admit_hello(s, e, new);
+                        // A new session may not join any session already applied.
+                        let joins = new && applied.iter().any(|&(a, _)| a >= s);
                         if s == 0 {
                             prop_assert_eq!(r, Ok(()));
-                        } else if superseded(&applied, (s, e)) {
-                            prop_assert!(r.is_err(), "admitted superseded {:?}", (s, e));
+                        } else if superseded(&applied, (s, e)) || joins {
+                            prop_assert!(r.is_err(), "admitted {:?} (new: {})", (s, e), new);
                         } else {
                             prop_assert_eq!(r, Ok(()));
                         }
                         if let Err(Stale { floor }) = r {
                             // The floor names the session to go above.
                             prop_assert_eq!(Some(floor), f.current().map(|c| c.0));
-                            prop_assert!(f.admit_hello(floor.saturating_add(1), 0).is_ok() || floor == u32::MAX);
+                            prop_assert!(f.admit_hello(floor.saturating_add(1), 0, true).is_ok() || floor == u32::MAX);
                         }
                     }
                     Step::Request(s, e) => {

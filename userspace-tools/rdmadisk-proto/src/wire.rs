@@ -253,8 +253,14 @@ pub mod hello_flags {
     /// The client maps the export read-only: it will not write, and takes no
     /// exclusive hold on it.
     pub const READ_ONLY: u16 = 1;
+    /// The Hello opens a session: the client's mapping has not attached yet.
+    /// Its session must be above every one the target's fence has seen of this
+    /// client and export (else `Stale`, naming the floor), so that a new
+    /// mapping never joins an old one's session and its stale writes (see
+    /// [`crate::fence`]).
+    pub const NEW_SESSION: u16 = 2;
     /// Every bit defined above.
-    pub const ALL: u16 = READ_ONLY;
+    pub const ALL: u16 = READ_ONLY | NEW_SESSION;
 }
 
 /// Flag bits of [`Request::flags`].

@@ -458,7 +458,8 @@ impl Target {
         } else {
             (0, 0)
         };
-        match self.fences.admit(ip, &export.name, session, epoch) {
+        let new = hello.flags & hello_flags::NEW_SESSION != 0;
+        match self.fences.admit(ip, &export.name, session, epoch, new) {
             Ok(()) => {}
             Err(Refusal::Full) => {
                 Stats::inc(&self.stats.fence_table_full);

@@ -194,9 +194,17 @@ impl FenceTable {
             .len()
     }
 
-    /// Whether a Hello of `session`/`epoch` from `ip` for `export` may attach. Makes nothing:
-    /// the connection's fence is made by its first request.
-    pub fn admit(&self, ip: IpAddr, export: &str, session: u32, epoch: u32) -> Result<(), Refusal> {
+    /// Whether a Hello of `session`/`epoch` from `ip` for `export` may attach (`new`: it opens
+    /// a session, see `Fence::admit_hello`). Makes nothing: the connection's fence is made by
+    /// its first request.
+    pub fn admit(
+        &self,
+        ip: IpAddr,
+        export: &str,
+        session: u32,
+        epoch: u32,
+        new: bool,
+    ) -> Result<(), Refusal> {
         if session == 0 {
             return Ok(());
         }
@@ -213,9 +221,10 @@ impl FenceTable {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .fence;
-        f.admit_hello(session, epoch).map_err(|_| Refusal::Stale {
-            current: f.current(),
-        })
+        f.admit_hello(session, epoch, new)
+            .map_err(|_| Refusal::Stale {
+                current: f.current(),
+            })
     }
 
     /// A connection's place for `session`/`epoch` from `ip` on `export`; its fence is found,
@@ -423,7 +432,7 @@ mod tests {
         session: u32,
         epoch: u32,
     ) -> Result<ConnFence, Refusal> {
-        t.admit(ip, export, session, epoch)?;
+        t.admit(ip, export, session, epoch, false)?;
         Ok(t.conn(ip, Arc::from(export), session, epoch))
     }
 

@@ -15,7 +15,8 @@ use rdmadisk_net::client::{ConnectError, ConnectOptions, TcpClient};
 use rdmadisk_net::framing::{self, Frame};
 use rdmadisk_proto::auth::{self, Endpoint, Secret, Side, Transcript};
 use rdmadisk_proto::wire::{
-    AuthRequest, ExportName, Hello, HelloStatus, Opcode, Request, Status, CHALLENGE_LEN,
+    hello_flags, AuthRequest, ExportName, Hello, HelloStatus, Opcode, Request, Status,
+    CHALLENGE_LEN,
 };
 
 const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
@@ -284,6 +285,15 @@ fn no_history_lets_a_superseded_session_back() {
     assert_eq!(t.refusal(&session(12, 0)), HelloStatus::Stale);
     let mut c = t.connect_with(&session(13, 0));
     assert_eq!(read(&mut c, 1, 0, 4096), (Status::Ok, pattern(13, 4096)));
+    // A new mapping never joins the fence's session, not even with its very (session,
+    // epoch), which a reconnect of that session may use: a forced unmap's stale writes would
+    // then pass as the new mapping's.
+    let opening = ConnectOptions {
+        flags: hello_flags::NEW_SESSION,
+        ..session(13, 0)
+    };
+    assert_eq!(t.refusal(&opening), HelloStatus::Stale);
+    assert!(TcpClient::connect(t.addr, &session(13, 0)).is_ok());
     // A new mapping that asks with a session at or below the fence's goes above it.
     let fresh = t.connect_with(&ConnectOptions {
         new_session: true,

@@ -126,10 +126,16 @@ struct Args {
     /// --count NOPs without regard to credits; the target must cut the connection off), idle
     /// (attach and do nothing; the target must close it), no-credits (grant the target no
     /// response credit and send one request; it must close it), flood (open --count
-    /// connections and hold them --hold-secs; the target must refuse those over its caps).
-    /// RDMA only.
-    #[arg(long, value_parser = ["ignore-credits", "idle", "no-credits", "flood"])]
+    /// connections and hold them --hold-secs; the target must refuse those over its caps),
+    /// half-open (send --count connect requests and abandon each at once; the target must
+    /// release what it set up for them). RDMA only.
+    #[arg(long, value_parser = ["ignore-credits", "idle", "no-credits", "flood", "half-open"])]
     hostile: Option<String>,
+    /// Instead of the workload: try N attaches with made-up sessions and epochs, each
+    /// followed by a NOP if it is let in, as any process on a client host could; print how
+    /// they were refused. Exits 0 only if none was let in.
+    #[arg(long, value_name = "N")]
+    made_up_sessions: Option<u32>,
     /// With --hostile flood: seconds to hold the connections.
     #[arg(long, default_value_t = 5)]
     hold_secs: u64,
@@ -178,6 +184,9 @@ fn main() -> ExitCode {
         "rdmadisk-testclient: {:?} to {addr}, export {}, {} I/Os, queue depth {slots}, sizes {}..{} bytes",
         a.transport, a.export, a.count, a.min_size, a.max_size
     );
+    if let Some(n) = a.made_up_sessions {
+        return made_up_sessions(n, addr, &a, timeout, secret);
+    }
     match a.transport {
         Kind::Tcp => {
             let opts = ConnectOptions {
@@ -215,6 +224,7 @@ fn main() -> ExitCode {
                 secret,
                 target_secret,
                 reserved_port: !a.unreserved_port,
+                new_session,
             };
             if let Some(mode) = a.hostile.as_deref() {
                 return hostile(mode, addr, &opts, &a);
@@ -243,6 +253,101 @@ fn main() -> ExitCode {
                 Ok(r)
             })
         }
+    }
+}
+
+/// `--made-up-sessions N`: attaches with random sessions and epochs, as a process on a client
+/// host that is not the kernel client could try (to supersede a mapped disk's session, or to
+/// fill the target's fences). Each that is let in sends a NOP.
+fn made_up_sessions(
+    n: u32,
+    addr: SocketAddr,
+    a: &Args,
+    timeout: Duration,
+    secret: Option<Secret>,
+) -> ExitCode {
+    let mut x = a.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (mut attached, mut kinds) = (0u32, std::collections::BTreeMap::<String, u32>::new());
+    for _ in 0..n {
+        let r = next();
+        let (session_id, epoch) = ((r as u32).max(1), (r >> 32) as u32);
+        let res: Result<(), ConnectError> = match a.transport {
+            Kind::Tcp => {
+                let opts = ConnectOptions {
+                    bind: a.bind,
+                    timeout,
+                    session_id,
+                    epoch,
+                    secret: secret.clone(),
+                    reserved_port: !a.unreserved_port,
+                    ..ConnectOptions::new(&a.export)
+                };
+                rdmadisk_net::client::TcpClient::connect(addr, &opts).and_then(|mut c| {
+                    let nop = rdmadisk_net::client::TcpClient::request(
+                        rdmadisk_proto::wire::Opcode::Nop,
+                        1,
+                        0,
+                        0,
+                        &[],
+                    );
+                    c.call(&nop, &[], &mut [0u8; 16])
+                        .map(|_| ())
+                        .map_err(ConnectError::Io)
+                })
+            }
+            #[cfg(feature = "rdma")]
+            Kind::Rdma => {
+                let opts = rdma_transport::RdmaOptions {
+                    export: a.export.clone(),
+                    slots: 1,
+                    max_io: 4096,
+                    recv_credits: a.recv_credits,
+                    bind: a.bind,
+                    timeout,
+                    session_id,
+                    epoch,
+                    mr_rkey: false,
+                    secret: secret.clone(),
+                    target_secret: None,
+                    reserved_port: !a.unreserved_port,
+                    new_session: false,
+                };
+                rdma_transport::Rdma::connect(addr, &opts).and_then(|mut c| {
+                    let r = c.nop().map_err(ConnectError::Io);
+                    c.close();
+                    r
+                })
+            }
+            #[cfg(not(feature = "rdma"))]
+            Kind::Rdma => Err(ConnectError::Protocol("built without RDMA".into())),
+        };
+        match res {
+            Ok(()) => attached += 1,
+            Err(e) => {
+                let kind = match &e {
+                    ConnectError::Denied(_) => "denied".to_string(),
+                    ConnectError::Stale(_) => "stale".to_string(),
+                    e => refused_name(e).map_or_else(|| format!("other ({e})"), str::to_string),
+                };
+                *kinds.entry(kind).or_default() += 1;
+            }
+        }
+    }
+    let refused: Vec<String> = kinds.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!(
+        "made-up sessions: attempts={n} attached={attached} refused: {}",
+        refused.join(" ")
+    );
+    if attached == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -279,6 +384,22 @@ fn hostile(mode: &str, addr: SocketAddr, opts: &rdma_transport::RdmaOptions, a: 
                 Ok(format!("{busy} connections over the caps were refused"))
             } else {
                 Err("no connection was refused".to_string())
+            }
+        }
+        "half-open" => {
+            let mut sent = 0u64;
+            for _ in 0..a.count {
+                match rdma_transport::Rdma::abandon(addr, opts) {
+                    Ok(()) => sent += 1,
+                    Err(e) => println!("# connect request failed: {e}"),
+                }
+            }
+            if sent > 0 {
+                Ok(format!(
+                    "{sent} connect requests sent and abandoned at once"
+                ))
+            } else {
+                Err("no connect request could be sent".to_string())
             }
         }
         _ => match rdma_transport::Rdma::connect(addr, opts) {

@@ -62,6 +62,8 @@ pub struct RdmaOptions {
     pub target_secret: Option<Secret>,
     /// Connect from a reserved port (below 1024) when the process may bind one.
     pub reserved_port: bool,
+    /// The Hello opens a session (`hello_flags::NEW_SESSION`).
+    pub new_session: bool,
 }
 
 struct Inflight {
@@ -203,7 +205,11 @@ impl Rdma {
         let export = ExportName::new(o.export.as_bytes())
             .map_err(|e| ConnectError::Protocol(e.to_string()))?;
         let hello = Hello {
-            flags: 0,
+            flags: if o.new_session {
+                rdmadisk_proto::wire::hello_flags::NEW_SESSION
+            } else {
+                0
+            },
             queue_id: 0,
             queue_count: 1,
             recv_credits: receiver.take_grant(),
@@ -316,6 +322,75 @@ impl Rdma {
             p.check(&a)?;
         }
         Ok(r)
+    }
+
+    /// Hostile: sends a connect request and abandons it at once, before the target's answer:
+    /// the id goes with its QP, and the client's CM rejects the target's accept.
+    pub fn abandon(addr: SocketAddr, o: &RdmaOptions) -> io::Result<()> {
+        let ch = EventChannel::new()?;
+        let mut id = CmId::new(&ch)?;
+        if o.reserved_port {
+            bind_reserved(&id, o.bind)?;
+        }
+        id.resolve_addr(None, addr, o.timeout)?;
+        expect(
+            &wait_event(&ch, o.timeout)?,
+            CmEventKind::AddrResolved,
+            "resolving the target's address",
+        )?;
+        id.resolve_route(o.timeout)?;
+        expect(
+            &wait_event(&ch, o.timeout)?,
+            CmEventKind::RouteResolved,
+            "resolving the route",
+        )?;
+        let pd = id.alloc_pd()?;
+        let cq = Cq::new(&pd, 8, None)?;
+        id.create_qp(
+            &pd,
+            &cq,
+            &cq,
+            QpCaps {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+        )?;
+        let hello = Hello {
+            flags: 0,
+            queue_id: 0,
+            queue_count: 1,
+            recv_credits: 0,
+            session_id: o.session_id,
+            epoch: o.epoch,
+            export: ExportName::new(o.export.as_bytes())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?,
+        };
+        id.connect(&ConnParams {
+            private_data: &hello.to_bytes(),
+            responder_resources: 0xff,
+            initiator_depth: 0xff,
+            retry_count: 7,
+            rnr_retry_count: 0,
+        })
+    }
+
+    /// Sends a NOP and waits for its answer.
+    pub fn nop(&mut self) -> io::Result<()> {
+        let req = Request {
+            opcode: Opcode::Nop,
+            flags: 0,
+            // The Hello granted the receives this needs.
+            credits: 0,
+            tag: 0x0a0a_0001,
+            sector: 0,
+            length: 0,
+            data_crc: 0,
+            buf: RemoteBuf::default(),
+        };
+        self.call_raw(req.tag, &req.to_bytes()).map(|_| ())
     }
 
     /// Sends one message (a request or an authentication) as it is, with a credit, from slot

@@ -144,3 +144,26 @@ fn refusals() {
     let (ok, out) = client(&t, &["--bind", "127.0.0.2", "--count", "20"]);
     assert!(ok, "{out}");
 }
+
+/// `--made-up-sessions`: every attempt from an ordinary port on an export without a key is
+/// refused, and the mode says so; on an insecure export the same attempts get in, and the
+/// mode fails (it can tell).
+#[test]
+fn made_up_sessions_are_refused() {
+    let Some(t) = start(&[]) else {
+        return;
+    };
+    let (ok, out) = client(&t, &["--made-up-sessions", "20", "--unreserved-port"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("attempts=20 attached=0 refused: not-allowed=20"),
+        "{out}"
+    );
+    drop(t);
+    let Some(t) = start(&["--insecure", "disk0"]) else {
+        return;
+    };
+    let (ok, out) = client(&t, &["--made-up-sessions", "5", "--unreserved-port"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("attached="), "{out}");
+}

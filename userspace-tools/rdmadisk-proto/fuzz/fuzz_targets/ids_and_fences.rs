@@ -79,8 +79,10 @@ fn fences(data: &[u8]) {
         let superseded = applied.iter().any(|&a| newer(a, (s, e)));
         let before = f.current();
         if p[2] & 1 == 0 {
-            let r = f.admit_hello(s, e);
-            assert_eq!(r.is_err(), s != 0 && superseded, "hello {s}/{e}: {r:?}");
+            let new = p[2] & 2 != 0;
+            let joins = new && applied.iter().any(|&(a, _)| a >= s);
+            let r = f.admit_hello(s, e, new);
+            assert_eq!(r.is_err(), s != 0 && (superseded || joins), "hello {s}/{e}: {r:?}");
             continue;
         }
         let v = f.advance(s, e);
