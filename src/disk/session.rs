@@ -114,9 +114,14 @@ impl DiskDev {
                     }
                 }
                 installed => {
-                    if self.bring_up(want).is_ok() {
-                        backoff = BACKOFF_FIRST_MS;
-                        continue;
+                    match self.bring_up(want) {
+                        Ok(()) => {
+                            backoff = BACKOFF_FIRST_MS;
+                            continue;
+                        }
+                        // Superseded: the disk failed for good; nothing is tried any more.
+                        Err(e) if e == errno(kernel::bindings::ESTALE) => continue,
+                        Err(_) => {}
                     }
                     if installed.is_none() && self.fall_back(want).is_ok() {
                         backoff = BACKOFF_FIRST_MS;
@@ -423,6 +428,10 @@ impl DiskDev {
             }
         };
         let outcome = res.and_then(|(set, t)| {
+            // Attached: from now on the disk's Hellos continue its session.
+            self.info
+                .opening
+                .store(false, core::sync::atomic::Ordering::Relaxed);
             let attached = Attached {
                 reply: set.reply,
                 max_io_bytes: set.max_io_bytes,
