@@ -69,6 +69,7 @@
 
 /* Hello flags (hello.flags) */
 #define RDMADISK_HELLO_READ_ONLY                 0x1U
+#define RDMADISK_HELLO_NEW_SESSION               0x2U
 #define RDMADISK_CHALLENGE_LEN                   16
 
 /* TCP frame kinds (frame_header.kind) */

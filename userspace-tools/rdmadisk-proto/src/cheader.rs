@@ -182,6 +182,11 @@ pub(crate) fn render() -> String {
         "RDMADISK_HELLO_READ_ONLY",
         std::format!("0x{:X}U", hello_flags::READ_ONLY),
     );
+    define(
+        &mut o,
+        "RDMADISK_HELLO_NEW_SESSION",
+        std::format!("0x{:X}U", hello_flags::NEW_SESSION),
+    );
     define(&mut o, "RDMADISK_CHALLENGE_LEN", wire::CHALLENGE_LEN);
     let _ = writeln!(o, "\n/* TCP frame kinds (frame_header.kind) */");
     for k in [
