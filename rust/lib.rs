@@ -19,3 +19,8 @@ pub(crate) mod socket;
 pub(crate) mod sysfs;
 pub(crate) mod verbs;
 pub(crate) mod work;
+
+/// The errnos of network failures, which the kernel crate does not name.
+pub(crate) fn errno(n: u32) -> kernel::error::Error {
+    kernel::error::Error::from_errno(-(n as i32))
+}

@@ -9,10 +9,10 @@
 use core::fmt::Display;
 use kernel::{bindings as kb, prelude::*};
 
+use crate::kapi::errno;
 use crate::kapi::random;
 use crate::proto::auth::{ClientProof, Endpoint, Secret, Transcript};
 use crate::proto::wire::{features, AuthReply, Hello, HelloReply, CHALLENGE_LEN};
-use crate::rdma_conn::errno;
 
 /// The keys a connection proves and expects: the host's (`secret=`), and the target's
 /// (`target_secret=`, or the host's).

@@ -13,7 +13,6 @@ use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, 
 use kernel::sync::Arc;
 
 use crate::faults::Faults;
-use crate::io::Via;
 use crate::kapi::blk_mq::Rq;
 use crate::kapi::work::ReclaimQueue;
 use crate::proto::auth::Secret;
@@ -23,7 +22,7 @@ use crate::proto::policy::Transport;
 use crate::proto::wire::ExportName;
 use crate::rdma_conn::Peer;
 use crate::stats::Stats;
-use crate::telemetry::{Op, Telemetry};
+use crate::telemetry::{Op, Telemetry, Via};
 
 /// Now, in ms of the monotonic clock (ktime): the clock of every timeout and outage.
 pub(crate) fn now_ms() -> i64 {

@@ -12,18 +12,10 @@ use crate::kapi::blk_mq::{BlkStatus, ReqOp};
 use crate::proto::crc32c::crc32c_append;
 use crate::proto::wire::{req_flags, Opcode, RemoteBuf, ReqId, Request, Response, Status};
 use crate::stats::Stats;
-use crate::telemetry::Op;
+use crate::telemetry::{Op, Via};
 
 /// How often a request is reissued after a CRC mismatch before it fails.
 pub(crate) const MAX_CRC_RETRIES: u8 = 3;
-
-/// The transport a request ran on, for the per-transport counters.
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(usize)]
-pub(crate) enum Via {
-    Rdma,
-    Tcp,
-}
 
 /// CRC32C of a request's data.
 pub(crate) fn data_crc(rq: &DiskRq) -> u32 {

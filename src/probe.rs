@@ -22,6 +22,7 @@ use kernel::{
 };
 
 use crate::authn::{self, Keys};
+use crate::kapi::errno;
 use crate::kapi::rdma_cm::{CmEvent, CmId, QpCaps};
 use crate::kapi::verbs::{Msg, MsgDir, MsgOwner, Pd, PollCtx, Wc};
 use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT};
@@ -29,7 +30,7 @@ use crate::proto::wire::{
     AuthReply, ExportName, Opcode, RemoteBuf, Request, Response, Status, AUTH_REPLY_LEN,
     RESPONSE_LEN,
 };
-use crate::rdma_conn::{self, errno, fail, Conn, ConnEvents, ConnSpec, Peer, Watcher};
+use crate::rdma_conn::{self, fail, Conn, ConnEvents, ConnSpec, Peer, Watcher};
 
 /// The whole probe, from resolving to the NOP's response.
 const BUDGET_MS: u32 = 10_000;

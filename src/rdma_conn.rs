@@ -20,6 +20,7 @@ use kernel::{
 };
 
 use crate::kapi::blk_mq::Rq;
+use crate::kapi::errno;
 use crate::kapi::frwr::{MrEvent, MrOwner};
 use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps};
 use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
@@ -36,11 +37,6 @@ const RESOLVE_MS: u32 = 3_000;
 const ACK_TIMEOUT_EXP: u8 = 20;
 /// CM events kept until the connector reads them; a set-up sees a handful.
 const MAX_EVENTS: usize = 8;
-
-/// The errnos of network failures, which the kernel crate does not name.
-pub(crate) fn errno(n: u32) -> Error {
-    Error::from_errno(-(n as i32))
-}
 
 /// A target's rdma_cm address.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -31,7 +31,7 @@ use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 use crate::authn;
 use crate::faults::Fault;
 use crate::host::{now_ms, ConnId, DiskRq, Pdu, QueueHost, QueueName};
-use crate::io::{self, Via};
+use crate::io;
 use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
 use crate::kapi::frwr::{DmaRq, InvError, InvToken, MrEvent};
@@ -47,7 +47,7 @@ use crate::proto::wire::{
 };
 use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
-use crate::telemetry::Op;
+use crate::telemetry::{Op, Via};
 
 /// Tags per hardware queue (and so Send buffers, MRs and receives per connection).
 pub(crate) const QUEUE_DEPTH: u16 = crate::proto::knobs::QUEUE_DEPTH;
@@ -232,7 +232,7 @@ impl RdmaQueue {
                 info.name(),
                 id.qid
             );
-            return Err(crate::rdma_conn::errno(kernel::bindings::ETIMEDOUT));
+            return Err(crate::kapi::errno(kernel::bindings::ETIMEDOUT));
         }
         let q = Arc::pin_init(
             pin_init!(Self {
@@ -396,7 +396,7 @@ impl RdmaQueue {
                 pr_err!("{who}: the target granted no credit for the authentication\n");
                 g.tags.release(KEEPALIVE_SLOT);
                 g.slots[usize::from(KEEPALIVE_SLOT)].send = Some(msg);
-                return Err(crate::rdma_conn::errno(kernel::bindings::EPROTO));
+                return Err(crate::kapi::errno(kernel::bindings::EPROTO));
             }
             let credits = g.recv_credits.take_grant();
             proof = authn::prove(keys, hello, reply, local, remote, id.tag(), credits);
@@ -422,18 +422,18 @@ impl RdmaQueue {
                     self.inner.lock().auth = Auth::None;
                     let Some(answer) = answer else {
                         pr_err!("{who}: the answer to the authentication is not one\n");
-                        return Err(crate::rdma_conn::errno(kernel::bindings::EPROTO));
+                        return Err(crate::kapi::errno(kernel::bindings::EPROTO));
                     };
                     return authn::check(who, &proof, &answer);
                 }
                 Auth::None | Auth::Pending => {}
             }
             if self.is_failed() {
-                return Err(crate::rdma_conn::errno(kernel::bindings::ECONNRESET));
+                return Err(crate::kapi::errno(kernel::bindings::ECONNRESET));
             }
             if now_ms() > deadline {
                 pr_err!("{who}: no answer to the authentication within {budget_ms} ms\n");
-                return Err(crate::rdma_conn::errno(kernel::bindings::ETIMEDOUT));
+                return Err(crate::kapi::errno(kernel::bindings::ETIMEDOUT));
             }
             // A poll queue's answer is reaped by its poller: until the disk is live, us.
             self.poll();

@@ -8,7 +8,7 @@
 use core::sync::atomic::{AtomicU16, Ordering};
 use kernel::{bindings as kb, prelude::*};
 
-use crate::rdma_conn::errno;
+use crate::kapi::errno;
 
 /// The ports tried, as sunrpc does for NFS: the upper half of the reserved range, so that the
 /// well-known services below stay free.

@@ -35,9 +35,10 @@ use crate::authn;
 use crate::faults::Fault;
 use crate::host::now_ms;
 use crate::host::{ConnId, DiskInfo, DiskRq, QueueHost, QueueName};
-use crate::io::{self, Via};
+use crate::io;
 use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
+use crate::kapi::errno;
 use crate::kapi::socket::{SockEvents, TcpSocket};
 use crate::kapi::work;
 use crate::proto::credits::CreditSender;
@@ -48,10 +49,9 @@ use crate::proto::wire::{
     Response, Status, AUTH_REPLY_LEN, AUTH_REQUEST_LEN, FRAME_HEADER_LEN, HELLO_LEN,
     HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
-use crate::rdma_conn::errno;
 use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
-use crate::telemetry::Op;
+use crate::telemetry::{Op, Via};
 
 type Socket = TcpSocket<TcpQueue>;
 

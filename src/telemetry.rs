@@ -16,10 +16,17 @@ use core::{
 };
 use kernel::prelude::*;
 
-use crate::io::Via;
 use crate::kapi::sysfs::ShowBuf;
 use crate::proto::histogram::{bucket_of, write_sparse, BUCKETS};
 use crate::proto::wire::Opcode;
+
+/// The transport a request ran on, for the per-transport counters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub(crate) enum Via {
+    Rdma,
+    Tcp,
+}
 
 /// The operations counted apart, in the order of their files.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

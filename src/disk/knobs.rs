@@ -9,12 +9,11 @@ use core::{fmt::Write, sync::atomic::Ordering};
 use kernel::{c_str, prelude::*, sync::Arc};
 
 use super::{DiskDev, State, FAST_IO_FAIL_OFF};
-use crate::io::Via;
 use crate::kapi::blk_mq::{DiskAttr, DiskAttrs};
 use crate::kapi::sysfs::ShowBuf;
 use crate::proto::knobs::{self, Setting, Values};
 use crate::proto::policy::{Mode, PolicyConfig, State as PState, Transport};
-use crate::telemetry::Op;
+use crate::telemetry::{Op, Via};
 
 /// Checks a write to `knob` against its values (the shared table of
 /// [`crate::proto::knobs`]); `EINVAL` with a log line naming them otherwise.

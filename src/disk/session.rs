@@ -32,12 +32,12 @@ use kernel::{prelude::*, sync::Arc};
 use super::{Attached, DiskDev, State, FAST_IO_FAIL_OFF};
 use crate::faults::Fault;
 use crate::host::{now_ms, transport_name, ConnId, QueueHost};
+use crate::kapi::errno;
 use crate::kapi::work::NoIo;
 use crate::probe;
 use crate::proto::policy::{Action, Policy, State as PState, SwitchReason, Transport};
 use crate::proto::wire::HelloReply;
 use crate::queue::Queue;
-use crate::rdma_conn::errno;
 use crate::stats::Stats;
 
 const BACKOFF_FIRST_MS: u32 = 100;
