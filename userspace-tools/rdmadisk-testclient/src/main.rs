@@ -227,14 +227,9 @@ fn main() -> ExitCode {
                 new_session,
             };
             if let Some(mode) = a.hostile.as_deref() {
-                return hostile(mode, addr, &opts, &a);
+                return hostile(mode, addr, &mut opts, &a);
             }
-            let mut c = rdma_transport::Rdma::connect(addr, &opts);
-            if let (true, Err(ConnectError::Stale(floor))) = (new_session, &c) {
-                opts.session_id = floor.saturating_add(1);
-                c = rdma_transport::Rdma::connect(addr, &opts);
-            }
-            let c = c.map_err(|e| match e {
+            let c = connect_rdma(addr, &mut opts).map_err(|e| match e {
                 ConnectError::Stale(_) => {
                     ConnectError::Refused(rdmadisk_proto::wire::HelloStatus::Stale)
                 }
@@ -351,14 +346,38 @@ fn made_up_sessions(
     }
 }
 
+/// Attaches as the kernel client does: a new session is asked at `opts.session_id` and, if the
+/// target has seen that one already (`Stale`), above the floor it names; once attached, further
+/// connections join the session (the NEW_SESSION flag is cleared).
+#[cfg(feature = "rdma")]
+fn connect_rdma(
+    addr: SocketAddr,
+    opts: &mut rdma_transport::RdmaOptions,
+) -> Result<rdma_transport::Rdma, ConnectError> {
+    let mut c = rdma_transport::Rdma::connect(addr, opts);
+    if let (true, Err(ConnectError::Stale(floor))) = (opts.new_session, &c) {
+        opts.session_id = floor.saturating_add(1);
+        c = rdma_transport::Rdma::connect(addr, opts);
+    }
+    if c.is_ok() {
+        opts.new_session = false;
+    }
+    c
+}
+
 /// `--hostile MODE` over RDMA: one misbehaviour, and whether the target dealt with it.
 #[cfg(feature = "rdma")]
-fn hostile(mode: &str, addr: SocketAddr, opts: &rdma_transport::RdmaOptions, a: &Args) -> ExitCode {
+fn hostile(
+    mode: &str,
+    addr: SocketAddr,
+    opts: &mut rdma_transport::RdmaOptions,
+    a: &Args,
+) -> ExitCode {
     let outcome = match mode {
         "flood" => {
             let (mut held, mut busy, mut other) = (Vec::new(), 0u64, 0u64);
             for _ in 0..a.count {
-                match rdma_transport::Rdma::connect(addr, opts) {
+                match connect_rdma(addr, opts) {
                     Ok(c) => held.push(c),
                     Err(ConnectError::Refused(rdmadisk_proto::wire::HelloStatus::Busy)) => {
                         busy += 1
@@ -402,7 +421,7 @@ fn hostile(mode: &str, addr: SocketAddr, opts: &rdma_transport::RdmaOptions, a: 
                 Err("no connect request could be sent".to_string())
             }
         }
-        _ => match rdma_transport::Rdma::connect(addr, opts) {
+        _ => match connect_rdma(addr, opts) {
             Err(e) => Err(format!("cannot attach: {e}")),
             Ok(mut c) => match mode {
                 "ignore-credits" => c.overrun_credits(a.count.min(100_000) as u32),
