@@ -31,6 +31,7 @@ kernel_rustfmt() {
 }
 echo "TAP version 13"
 step "rustfmt: module sources (src/, rust/)" kernel_rustfmt
+step "src/: no import cycle, no transport imports the disk" python3 selftests/host/import-graph.py
 step "cargo fmt --check (userspace-tools)" bash -c 'cd userspace-tools && cargo fmt --all -- --check'
 step "cargo clippy -D warnings (userspace-tools)" bash -c 'cd userspace-tools && cargo clippy --workspace --all-targets --quiet -- -D warnings'
 step "cargo test (userspace-tools)" bash -c 'cd userspace-tools && cargo test --workspace'
