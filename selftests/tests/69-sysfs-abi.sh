@@ -8,7 +8,8 @@
 # Acceptance: every file there is documented (no undocumented file), every documented entry
 # names a file that is there (no stale entry), and each file's permission bits say what the
 # document says (read-only, write-only or read-write); every map key reads back as it was
-# given (name, export, address, port, tcp_port, queues, poll_queues, ro, secret).
+# given (name, export, address, port, tcp_port, queues, poll_queues, ro, secret, target_secret),
+# and a first mapping's session is 1.
 
 # shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
@@ -80,11 +81,11 @@ printf '%s\n' "$out" | indent
 ! grep -q FAIL <<<"$out" && grep -q 'documented entries' <<<"$out"
 res $? "no undocumented file, no stale entry, every file's mode as documented"
 
-rb=$(on compute "cd /sys/block/$d0/rdmadisk; for f in name export address port tcp_port queues poll_queues ro secret; do printf '%s=%s ' \$f \$(cat \$f); done; echo
-cd /sys/block/$d1/rdmadisk; for f in name queues poll_queues ro secret; do printf '%s=%s ' \$f \$(cat \$f); done")
+rb=$(on compute "cd /sys/block/$d0/rdmadisk; for f in name export address port tcp_port queues poll_queues ro secret target_secret session_id; do printf '%s=%s ' \$f \$(cat \$f); done; echo
+cd /sys/block/$d1/rdmadisk; for f in name queues poll_queues ro secret target_secret session_id; do printf '%s=%s ' \$f \$(cat \$f); done")
 printf '%s\n' "$rb" | indent
 l0=$(head -n1 <<<"$rb") l1=$(tail -n1 <<<"$rb")
-[ "$l0" = "name=d69a export=vol0 address=$DK_S:$DK_PORT port=$DK_PORT tcp_port=$DK_TCP_PORT queues=2 poll_queues=1 ro=0 secret=none " ] &&
-  [ "$l1" = "name=d69b queues=1 poll_queues=0 ro=1 secret=none " ]
+[ "$l0" = "name=d69a export=vol0 address=$DK_S:$DK_PORT port=$DK_PORT tcp_port=$DK_TCP_PORT queues=2 poll_queues=1 ro=0 secret=none target_secret=none session_id=1 " ] &&
+  [ "$l1" = "name=d69b queues=1 poll_queues=0 ro=1 secret=none target_secret=none session_id=1 " ]
 res $? "every map key reads back as given"
 dk_cleanup

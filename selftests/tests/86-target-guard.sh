@@ -39,7 +39,7 @@ for bad in "" "secret=$WRONG"; do
   out=$(dk_map "name=d86 addr=$DK_S export=vol0${bad:+ $bad}" 60)
   rc=$(sed -n 's/^rc=\([0-9]*\) .*/\1/p' <<<"$out" | head -n1)
   printf '%s\n' "$out" | grep -E 'secret|refused|EACCES|rc=' | head -n 4 | indent
-  [ "$rc" != 0 ] && grep -qiE 'requires a secret|refused our secret' <<<"$out"
+  [ "$rc" != 0 ] && grep -qiE 'requires a key|refused our key' <<<"$out"
   res $? "[auth] map ${bad:+with a wrong secret}${bad:-without a secret}: refused (rc=$rc), the kernel says why"
 done
 dk_map_disk d86 vol0 "secret=$SECRET queues=2"
