@@ -9,9 +9,12 @@
 #
 # The writer loops: a file of 16-256 KiB of random data, written and fsynced (dd conv=fsync),
 # then its name and sha256 appended to the manifest; a failed dd is logged as FAIL. It keeps
-# the newest FS_KEEP files (default 128, about 17 MiB): the one before goes, and a DEL line in the
-# manifest says so, so that a long soak never fills the volume. It also touches a heartbeat so a
-# stall shows. Files: $TB_DIR/$DK_ID.fs-TAG.{manifest,log,stop,done}.
+# the newest FS_KEEP files (default 128, about 17 MiB), so that a long soak never fills the
+# volume: the file before them is read back first, with direct I/O (past the page cache, from
+# the disk), and its sha256 checked against the manifest (VER, or MISMATCH, in the log), then
+# removed, and a DEL line in the manifest says so. fs_check reads the rest back at the end: every
+# file whose fsync succeeded is read and checked once. Files:
+# $TB_DIR/$DK_ID.fs-TAG.{manifest,log,stop,done}.
 
 fs_start() {
   local tag=$1 dev=$2 b=$TB_DIR/$DK_ID.fs-$1
@@ -23,7 +26,13 @@ while [ ! -e $b.stop ]; do
   n=\$((n + 1)); f=/mnt/$tag/f\$n
   kb=\$(( (RANDOM % 16 + 1) * 16 ))
   if [ \$n -gt ${FS_KEEP:-128} ]; then
-    rm -f /mnt/$tag/f\$((n - ${FS_KEEP:-128})) && echo \"DEL f\$((n - ${FS_KEEP:-128}))\" >>$b.manifest
+    old=f\$((n - ${FS_KEEP:-128}))
+    want=\$(grep \" \$old\$\" $b.manifest | tail -n 1 | cut -d' ' -f1)
+    if [ -n \"\$want\" ]; then
+      got=\$(dd if=/mnt/$tag/\$old iflag=direct bs=16k status=none | sha256sum | cut -d' ' -f1)
+      if [ \"\$got\" = \"\$want\" ]; then echo \"VER \$old\" >>$b.log; else echo \"MISMATCH \$old\" >>$b.log; fi
+    fi
+    rm -f /mnt/$tag/\$old && echo \"DEL \$old\" >>$b.manifest
   fi
   if dd if=/dev/urandom of=\$f bs=1k count=\$kb conv=fsync status=none 2>>$b.log; then
     echo \"\$(sha256sum \$f | cut -d' ' -f1) f\$n\" >>$b.manifest
@@ -40,14 +49,16 @@ fs_stop() {
   touch "$b.stop"
   while [ ! -e "$b.done" ] && (( SECONDS - t0 < ${2:-300} )); do sleep 0.2; done
   files=$(grep -vc '^DEL ' "$b.manifest" 2>/dev/null); fails=$(grep -c '^FAIL' "$b.log" 2>/dev/null)
-  FS_SUM="ext4: ${files:-0} files written and fsynced, ${fails:-0} failed writes$([ -e "$b.done" ] || echo ', writer still running')"
-  [ -e "$b.done" ] && [ "${fails:-0}" = 0 ] && [ "${files:-0}" -gt 0 ]
+  FS_VER=$(grep -c '^VER ' "$b.log" 2>/dev/null); FS_BAD=$(grep -c '^MISMATCH ' "$b.log" 2>/dev/null)
+  FS_SUM="ext4: ${files:-0} files written and fsynced, ${fails:-0} failed writes; ${FS_VER:-0} read back (direct I/O) and checked before removal, ${FS_BAD:-0} mismatched$([ -e "$b.done" ] || echo ', writer still running')"
+  [ -e "$b.done" ] && [ "${fails:-0}" = 0 ] && [ "${FS_BAD:-0}" = 0 ] && [ "${files:-0}" -gt 0 ]
 }
 
 fs_check() {
   local tag=$1 dev=$2 b=$TB_DIR/$DK_ID.fs-$1 out
   out=$(on compute "umount /mnt/$tag && e2fsck -fn /dev/$dev >$b.fsck 2>&1; echo fsck=\$?
-mount /dev/$dev /mnt/$tag && cd /mnt/$tag && awk '\$1 == \"DEL\" { delete h[\$2]; next } { h[\$2] = \$1 } END { for (f in h) print h[f] \"  \" f }' $b.manifest | sha256sum -c --quiet 2>&1 | head -n 5; echo sums=\${PIPESTATUS[1]}")
+mount /dev/$dev /mnt/$tag && cd /mnt/$tag && awk '\$1 == \"DEL\" { delete h[\$2]; next } { h[\$2] = \$1 } END { for (f in h) print h[f] \"  \" f }' $b.manifest >$b.left
+echo left=\$(wc -l <$b.left); sha256sum -c --quiet $b.left 2>&1 | head -n 5; echo sums=\${PIPESTATUS[0]}")
   FS_CHECK=$(tr '\n' ' ' <<<"$out")
   grep -q '^fsck=0$' <<<"$out" && grep -q '^sums=0$' <<<"$out"
 }

@@ -75,6 +75,12 @@ for x in $SOAK_D $SOAK_E; do ios_sum /sys/block/\$x/rdmadisk/stats; echo -n \"\$
     tr_wait rec "$SOAK_E" "$SOAK_RECOVER_S" rdma ios "${e:-0}" >/dev/null
 }
 
+soak_counters() { # soak_counters KEY: KEY summed over both disks' stats (empty if unreadable)
+  local d e
+  read -r d e <<<"$(tr_stat "$SOAK_D" "$1") $(tr_stat "$SOAK_E" "$1")"
+  is_num "$d" && is_num "$e" && echo $((d + e))
+}
+
 soak_set_faults() { # soak_set_faults VALUE: corrupt_read/corrupt_write_crc every VALUE on both disks
   on compute "for x in $SOAK_D $SOAK_E; do f=/sys/kernel/debug/rdmadisk/\$x; echo $1 >\$f/corrupt_read_every; echo $1 >\$f/corrupt_write_crc_every; done" >/dev/null
 }
@@ -85,10 +91,12 @@ soak_netem() { # soak_netem replace|change SETTINGS: netem with SETTINGS ("": no
 }
 
 # soak_fault KIND: one episode of KIND (see SOAK_KINDS), up to the disks' recovery. Status 0
-# if every step of it did what it should (the device went, the disk moved, the target
-# restarted...): an episode whose fault was not really injected must not count as survived.
+# if every step of it did what it should and the fault is seen to have taken effect (the
+# device went, the disk moved, the link went down, netem lost packets, the target restarted,
+# a CRC was retried...): an episode whose fault was not really injected must not count as
+# survived.
 soak_fault() {
-  local nic st=0
+  local nic st=0 old c0
   nic=$(tr_nic)
   step() { "$@" >/dev/null || { st=1; echo "  $SOAK_EP: step failed: $*"; }; }
   case $1 in
@@ -98,14 +106,22 @@ soak_fault() {
       step on compute "rdma link add rxe0 type rxe netdev $nic"
       step tr_wait rdma "$SOAK_D" "$SOAK_RECOVER_S" rdma ;;
     link)
-      step tb_link down; sleep 3; step tb_link up ;;
+      step tb_link down
+      # The cable is out: the compute VM's NIC says so.
+      step on compute "read -r s </sys/class/net/$nic/operstate; [ \"\$s\" = down ]"
+      sleep 3; step tb_link up ;;
     netem)
       step soak_netem change "loss 1% delay 5ms"
+      step on compute "tc qdisc show dev $nic | grep -q 'loss 1%'"
       sleep 10
+      # It dropped something: netem counts what it dropped.
+      step on compute "tc -s qdisc show dev $nic | grep -qE 'dropped [1-9]'"
       step soak_netem change "" ;;
     kill)
+      old=$(on storage "cat $DK_TPID")
       step on storage "read -r p <$DK_TPID && kill -KILL \$p"
       sleep 2
+      step on storage "! kill -0 $old 2>/dev/null"
       # shellcheck disable=SC2086
       step dk_target_start $SOAK_TARGET_ARGS ;;
     stop)
@@ -113,7 +129,10 @@ soak_fault() {
       sleep 7
       step on storage "read -r p <$DK_TPID && kill -CONT \$p" ;;
     corrupt)
-      step soak_set_faults 5; sleep 6; step soak_set_faults 0 ;;
+      c0=$(soak_counters crc_retries)
+      step soak_set_faults 5; sleep 6; step soak_set_faults 0
+      # Corrupted data was caught and retried.
+      step n_gt "$(soak_counters crc_retries)" "${c0:-x}" ;;
     flip)
       step tr_set "$SOAK_D" transport=tcp; step tr_set "$SOAK_E" transport=tcp
       step tr_wait tcp "$SOAK_D" "$SOAK_RECOVER_S" tcp
@@ -139,13 +158,14 @@ soak_fault() {
 # each other kind, which under TCG fits in about two hours; 100 of every kind would take
 # more than half a day.
 soak_run() {
-  local n=$1 every=${SOAK_EVERY:-1} i k t0 t1 s0 s1 ok healed qp1 t_start=$SECONDS main
+  local n=$1 every=${SOAK_EVERY:-1} i k t0 t1 s0 s1 e0 e1 ok healed qp1 t_start=$SECONDS main
   main=${SOAK_KINDS%% *}
   for ((i = 1; i <= n; i++)); do
     for k in $SOAK_KINDS; do
       [ "$k" = "$main" ] || (( i % every == 0 )) || continue
       SOAK_EP="$k #$i"
       t0=$(soak_uptime); s0=$(soak_uptime storage)
+      e0=$(soak_counters io_errors)
       soak_fault "$k"; ok=$?
       healed=0
       if ! soak_recovered; then
@@ -161,6 +181,12 @@ soak_run() {
           [ $ok = 0 ] && echo "  $k #$i: the disks were not back on RDMA with I/O moving within $SOAK_RECOVER_S s"
           ok=1
         fi
+      fi
+      # Recovered means with no I/O error in the episode either.
+      e1=$(soak_counters io_errors)
+      if ! n_eq "${e1:-x}" "${e0:-y}"; then
+        echo "  $k #$i: I/O errors during the episode: ${e0:-?} -> ${e1:-?}"
+        ok=1
       fi
       t1=$(soak_uptime); s1=$(soak_uptime storage)
       echo "$k $i $t0 $t1 $([ $ok = 0 ] && echo yes || echo no) $healed $s0 $s1" >>"$TB_DIR/$DK_ID.windows"
@@ -185,7 +211,7 @@ soak_finish() {
   fs_stop soak
   res $? "$FS_SUM"
   fs_check soak "$SOAK_E"
-  res $? "ext4: e2fsck clean and every fsynced file matches its sha256 ($FS_CHECK)"
+  res $? "ext4: e2fsck clean and every fsynced file read back matches its sha256: ${FS_VER:-0} before their removal, the rest at the end ($FS_CHECK)"
   local de ee
   de=$(tr_stat "$SOAK_D" io_errors); ee=$(tr_stat "$SOAK_E" io_errors)
   n_eq "$de" 0 && n_eq "$ee" 0
@@ -204,7 +230,9 @@ soak_finish() {
 }
 
 # soak_report: the per-kind table (markdown) from the windows, the sampler, the fio rounds and
-# both VMs' kernel logs.
+# both VMs' kernel logs. "verify mismatches" counts fio's reports of data that did not match
+# what was written (a failed CRC or a bad header), not failed rounds: every round's output
+# says "verify", whatever happened.
 soak_report() {
   python3 - "$TB_DIR/$DK_ID.windows" "$TB_DIR/$DK_ID.sampler.log" "$TB_DIR/compute.kmsg" "$TB_SPLAT_RE" "$TB_DIR/$DK_ID.rounds" "$TB_DIR/storage.kmsg" <<'PY'
 import glob, re, sys
@@ -245,19 +273,20 @@ rds = []
 for f in glob.glob(rounds + ".r*.rc"):
     rc, a, b = open(f).read().split()[:3]
     log = open(f[:-3] + ".log", errors="replace").read() + open(f[:-3] + ".out", errors="replace").read()
-    rds.append((int(rc), float(a), float(b), "verify" in log and int(rc) != 0))
+    bad = len(re.findall(r"verify failed at file|verify: bad", log))
+    rds.append((int(rc), float(a), float(b), bad))
 kinds = []
 for k, *_ in wins:
     if k not in kinds:
         kinds.append(k)
-print("| fault | injected | recovered | fio I/O errors | verify failures | longest stall (s) | splats | rxe0 re-created (soft-RoCE QP1) |")
+print("| fault | injected | recovered | fio rounds with an error | verify mismatches | longest stall (s) | splats | rxe0 re-created (soft-RoCE QP1) |")
 print("|---|---|---|---|---|---|---|---|")
 tot = [0, 0, 0, 0, 0.0, 0, 0]
 for k in kinds:
     w = [x for x in wins if x[0] == k]
     over = lambda a, b: [r for r in rds if r[1] <= b and r[2] >= a]
     errs = len({id(r) for x in w for r in over(x[1], x[2]) if r[0] != 0})
-    ver = len({id(r) for x in w for r in over(x[1], x[2]) if r[3]})
+    ver = sum({id(r): r[3] for x in w for r in over(x[1], x[2])}.values())
     st = max((stall(x[1], x[2]) for x in w), default=0)
     sp = sum(1 for t in kmsg for x in w if x[1] - 1 <= t <= x[2] + 1) + \
         sum(1 for t in skmsg for x in w if x[5] - 1 <= t <= x[6] + 1)
