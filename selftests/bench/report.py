@@ -60,8 +60,9 @@ def fig(summ, system, job, f):
 
 
 def ratio(samples, a, b, job):
-    """The median over the repetitions of each repetition's ratio: the systems ran one after
-    the other within a repetition, so a drift of the host between repetitions cancels."""
+    """Each repetition's ratio, sorted: the systems ran one after the other within a
+    repetition, so a drift of the host between repetitions cancels. The table gives their
+    median and, in brackets, their spread."""
     f, better = FIGURES[job]
     by = {}
     for s in samples:
@@ -72,7 +73,30 @@ def ratio(samples, a, b, job):
         if a in v and b in v:
             # Always "how many times better a is than b": above 1 means a wins.
             rs.append(v[b] / v[a] if better == "lower" else v[a] / v[b])
-    return statistics.median(rs) if rs else None
+    return sorted(rs)
+
+
+def rep_ratios(samples, system, num, den, f):
+    """Each repetition's `num` ÷ `den` figure `f` of one system, sorted."""
+    by = {}
+    for s in samples:
+        if s["system"] == system and s["job"] in (num, den) and s.get(f):
+            by.setdefault(s["rep"], {})[s["job"]] = s[f]
+    return sorted(v[num] / v[den] for v in by.values() if num in v and den in v)
+
+
+def spread(rs):
+    """{median, min, max, n} of a list of ratios; None if empty."""
+    if not rs:
+        return None
+    return {"median": statistics.median(rs), "min": min(rs), "max": max(rs), "n": len(rs)}
+
+
+def fmt_ratio(rs):
+    """A ratio's cell: the median, and the spread (min–max over the repetitions)."""
+    if not rs:
+        return "–"
+    return f"{statistics.median(rs):.2f} ({min(rs):.2f}–{max(rs):.2f})"
 
 
 def fmt(v, nd=2):
@@ -137,7 +161,10 @@ def main():
             if any(c != "–" for c in cells):
                 md.append(f"| {TITLES[job]}, {what} | " + " | ".join(cells) + " |")
 
-    md.append("\n## Same-run ratios (above 1: rdmadisk is better; the median of the repetitions' ratios)\n")
+    md.append(
+        "\n## Same-run ratios (above 1: rdmadisk is better; the median of the repetitions' ratios, "
+        "with their spread, min–max, in brackets)\n"
+    )
     pairs = [
         ("rdmadisk-rdma", "nvme-rdma"),
         ("rdmadisk-rdma", "rnbd"),
@@ -146,27 +173,28 @@ def main():
     pairs = [p for p in pairs if p[0] in systems and p[1] in systems]
     md.append("| workload | " + " | ".join(f"{x} ÷ {y}" for x, y in pairs) + " |")
     md.append("|---|" + "---|" * len(pairs))
-    ratios = {}
+    ratios, spreads = {}, {}
     for job in jobs:
         row = []
         for x, y in pairs:
-            r = ratio(samples, x, y, job)
-            ratios[f"{x}/{y}/{job}"] = r
-            row.append(fmt(r))
+            rs = ratio(samples, x, y, job)
+            ratios[f"{x}/{y}/{job}"] = statistics.median(rs) if rs else None
+            spreads[f"{x}/{y}/{job}"] = spread(rs)
+            row.append(fmt_ratio(rs))
         md.append(f"| {TITLES[job]} ({FIGURES[job][1]} {UNITS[FIGURES[job][0]]} wins) | " + " | ".join(row) + " |")
 
     md.append("\n## Queue-depth scaling, 4 KiB random reads (IOPS)\n")
     qds = [1, 2, 4, 8, 16, 32]
     scal = {}
     sc_sys = [s for s in ("rdmadisk-rdma", "nvme-rdma") if s in systems]
-    md.append("| system | " + " | ".join(f"QD{q}" for q in qds) + " | QD16 ÷ QD1 |")
+    md.append("| system | " + " | ".join(f"QD{q}" for q in qds) + " | QD16 ÷ QD1 (spread) |")
     md.append("|---|" + "---|" * (len(qds) + 1))
     for s in sc_sys:
         vals = [fig(summ, s, f"rr4k_qd{q}", "iops") for q in qds]
         scal[s] = dict(zip(qds, vals))
-        q16 = vals[qds.index(16)]
-        q1 = vals[0]
-        md.append(f"| {s} | " + " | ".join(fmt(v, 0) for v in vals) + f" | {fmt(q16 / q1 if q16 and q1 else None)} |")
+        rs = rep_ratios(samples, s, "rr4k_qd16", "rr4k_qd1", "iops")
+        spreads[f"{s}/rr4k_qd16/rr4k_qd1"] = spread(rs)
+        md.append(f"| {s} | " + " | ".join(fmt(v, 0) for v in vals) + f" | {fmt_ratio(rs)} |")
 
     split = [(s, j) for s in ("rdmadisk-rdma", "rdmadisk-tcp") if s in systems for j in TITLES
              if fig(summ, s, j, "target_us") is not None]
@@ -216,11 +244,15 @@ def main():
         if send and write:
             fl = 2 * send["lat_p50_us"] + write["lat_p50_us"]
             rd = fig(summ, "rdmadisk-rdma", "rr4k_qd1", "lat_p50_us")
+            # The floor is measured once; the spread is that of rdmadisk's repetitions.
+            rs = sorted(x["lat_p50_us"] / fl for x in samples
+                        if x["system"] == "rdmadisk-rdma" and x["job"] == "rr4k_qd1" and x.get("lat_p50_us"))
             ratios["rdmadisk-rdma/floor/rr4k_qd1"] = rd / fl if rd else None
+            spreads["rdmadisk-rdma/floor/rr4k_qd1"] = spread(rs)
             md.append(
                 f"\nFloor of a 4 KiB read at QD1: a small Send each way and one 4 KiB RDMA Write "
                 f"(2 × ib_send_lat 64 B + ib_write_lat 4 KiB, one-way figures) = {fl:.0f} µs; "
-                f"rdmadisk-rdma's p50 is {fmt(rd, 0)} µs, {fmt(rd / fl if rd else None)} × the floor."
+                f"rdmadisk-rdma's p50 is {fmt(rd, 0)} µs, {fmt_ratio(rs)} × the floor."
             )
     else:
         md.append("(not measured)")
@@ -239,6 +271,7 @@ def main():
                 "reps": a.reps,
                 "summary": summary_json,
                 "ratios": ratios,
+                "ratio_spreads": spreads,
                 "scaling": scal,
                 "samples": samples,
             },

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-transport: the TCP path against the RDMA path in the test bed, in the same run.
 # 1. fio 4 KiB random reads at queue depth 1 and 16 with transport=rdma, then transport=tcp,
-#    with the ratios TCP/RDMA (IOPS and mean completion latency).
+#    BENCH_REPS times (default 3), alternating, with the ratios TCP/RDMA (IOPS and mean
+#    completion latency): the median of the repetitions' and their spread.
 # 2. The longest I/O gap during one NIC servicing cycle: transport=auto, fio 4 KiB random
 #    reads at queue depth 1 logging every completion (--write_lat_log), while the compute VM's
 #    rxe0 is deleted and, once the disk is on TCP, added back; the gap is the longest time
@@ -37,17 +38,30 @@ use() { # use rdma|tcp|auto: sets transport and waits until that transport carri
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/bench/lib.sh"
+REPS=${BENCH_REPS:-3}
 declare -A R
-for t in rdma tcp; do
-  use "$t" || { dk_cleanup; exit 1; }
-  for qd in 1 16; do
-    line=$(job "${t}_qd$qd" --rw=randread --bs=4k --iodepth=$qd) || { echo "fio failed: $t qd $qd"; dk_cleanup; exit 1; }
-    echo "$line"
-    R[${t}_qd$qd]=$line
+# The transports alternate within each repetition, so a drift of the host between
+# repetitions cancels in that repetition's ratio; the ratio is given as the median of the
+# repetitions' with their spread.
+for ((rep = 1; rep <= REPS; rep++)); do
+  for t in rdma tcp; do
+    use "$t" || { dk_cleanup; exit 1; }
+    for qd in 1 16; do
+      line=$(job "${t}_qd$qd" --rw=randread --bs=4k --iodepth=$qd) || { echo "fio failed: $t qd $qd"; dk_cleanup; exit 1; }
+      echo "rep $rep: $line"
+      R[${t}_qd${qd}_$rep]=$line
+    done
   done
 done
-ratio() { # ratio A B FIELD: A's FIELD over B's
-  python3 -c "import sys; a, b = (float(x.split(sys.argv[3] + '=')[1].split()[0]) for x in sys.argv[1:3]); print(f'{a / b:.2f}')" "${R[$1]}" "${R[$2]}" "$3"
+ratio() { # ratio A B FIELD: A's FIELD over B's in each repetition: "median (min-max)"
+  local r args=()
+  for ((r = 1; r <= REPS; r++)); do args+=("${R[${1}_$r]}" "${R[${2}_$r]}"); done
+  python3 -c "
+import statistics, sys
+f, v = sys.argv[1], sys.argv[2:]
+get = lambda x: float(x.split(f + '=')[1].split()[0])
+rs = [get(a) / get(b) for a, b in zip(v[::2], v[1::2])]
+print(f'{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f}, {len(rs)} repetitions)')" "$3" "${args[@]}"
 }
 for qd in 1 16; do
   echo "ratio 4k randread qd$qd tcp/rdma: iops $(ratio tcp_qd$qd rdma_qd$qd iops)  clat $(ratio tcp_qd$qd rdma_qd$qd clat_us)"

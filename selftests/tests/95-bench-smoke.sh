@@ -48,5 +48,6 @@ sleft=$(on storage "ls /sys/kernel/config/nvmet/ports /sys/kernel/config/nvmet/s
 res $? "bench: torn down (compute: nvme controllers, rnbd and rdmadisk disks left: $left; storage: nvmet ports and subsystems, loop devices left: $sleft)"
 /usr/bin/python3 "$TB_REPO/selftests/bench/report.py" "$out" --kernel "$(on compute "uname -r")" --host smoke --secs 2 --reps 1 --backing "$BP_KIND" >"$out/report.log" 2>&1 &&
   grep -q 'rdmadisk-rdma ÷ nvme-rdma' "$out/results.md" && grep -q 'rdmadisk-tcp ÷ nvme-tcp' "$out/results.md" &&
+  grep -qE '^\| 4 KiB randread QD1 .*wins\) \| [0-9.]+ \([0-9.]+–[0-9.]+\) \|' "$out/results.md" &&
   [ -s "$out/latency.png" ] && [ -s "$out/iops.png" ] && [ -s "$out/results.json" ]
-res $? "bench: the report has the same-run ratios, results.json and the plots" || sed 's/^/  /' "$out/report.log"
+res $? "bench: the report has the same-run ratios with their spread, results.json and the plots" || sed 's/^/  /' "$out/report.log"
