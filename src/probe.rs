@@ -311,6 +311,12 @@ fn request(
         data_crc: 0,
         buf: RemoteBuf::default(),
     };
+    // The names the log has always used (tests and operators grep for "NOP answered").
+    let op_name = match op {
+        Opcode::Nop => "NOP",
+        Opcode::Close => "Close",
+        _ => "request",
+    };
     let t0 = Ktime::ktime_get();
     let (wc, data) = exchange(
         &conn.cm,
@@ -332,7 +338,7 @@ fn request(
     let us = (Ktime::ktime_get().to_ns() - t0.to_ns()) / 1000;
     if resp.tag != NOP_TAG || resp.status != Status::Ok {
         pr_err!(
-            "probe {peer}: {op:?} answered with tag {} status {}\n",
+            "probe {peer}: {op_name} answered with tag {} status {}\n",
             resp.tag,
             resp.status
         );
@@ -343,7 +349,7 @@ fn request(
         return Ok(());
     }
     pr_info!(
-        "probe {peer}: {op:?} answered: tag {} status {}, {} credits granted, {} bytes, invalidate {}, {} us\n",
+        "probe {peer}: {op_name} answered: tag {} status {}, {} credits granted, {} bytes, invalidate {}, {} us\n",
         resp.tag,
         resp.status,
         resp.credits,
