@@ -50,8 +50,11 @@ fs_stop() {
   while [ ! -e "$b.done" ] && (( SECONDS - t0 < ${2:-300} )); do sleep 0.2; done
   files=$(grep -vc '^DEL ' "$b.manifest" 2>/dev/null); fails=$(grep -c '^FAIL' "$b.log" 2>/dev/null)
   FS_VER=$(grep -c '^VER ' "$b.log" 2>/dev/null); FS_BAD=$(grep -c '^MISMATCH ' "$b.log" 2>/dev/null)
-  FS_SUM="ext4: ${files:-0} files written and fsynced, ${fails:-0} failed writes; ${FS_VER:-0} read back (direct I/O) and checked before removal, ${FS_BAD:-0} mismatched$([ -e "$b.done" ] || echo ', writer still running')"
-  [ -e "$b.done" ] && [ "${fails:-0}" = 0 ] && [ "${FS_BAD:-0}" = 0 ] && [ "${files:-0}" -gt 0 ]
+  dels=$(grep -c '^DEL ' "$b.manifest" 2>/dev/null)
+  FS_SUM="ext4: ${files:-0} files written and fsynced, ${fails:-0} failed writes; ${dels:-0} removed, ${FS_VER:-0} of them read back (direct I/O) and checked first, ${FS_BAD:-0} mismatched$([ -e "$b.done" ] || echo ', writer still running')"
+  # With no failed write, every removed file was in the manifest and read back first.
+  [ -e "$b.done" ] && [ "${fails:-0}" = 0 ] && [ "${FS_BAD:-0}" = 0 ] && [ "${files:-0}" -gt 0 ] &&
+    [ "${FS_VER:-0}" = "${dels:-0}" ]
 }
 
 fs_check() {
