@@ -1,6 +1,6 @@
 //! Exports: a name, a [`Backing`], who may attach, and what has gone wrong with it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,6 +9,7 @@ use rdmadisk_net::allow::AllowList;
 use rdmadisk_proto::auth::Secret;
 
 use crate::backing::{Backing, Geometry};
+use crate::wake::{Waiters, Wake};
 
 /// One export.
 pub struct Export {
@@ -33,6 +34,63 @@ pub struct Export {
     /// later Flush and FUA write fails too, so no client is told its data is durable after
     /// the store lost some.
     error: AtomicI32,
+    /// The flushes and FUA writes in flight, and the connections whose successful ones wait
+    /// for them ([`SyncToken`]).
+    syncs: Mutex<Syncs>,
+    settle_waiters: Waiters,
+}
+
+/// Flushes and FUA writes begun on an export and not yet ended, by sequence number.
+///
+/// Every connection shares the export's one open file, and the kernel reports a writeback
+/// error (errseq) to one fdatasync, or one RWF_DSYNC write, per open file description: the
+/// first to check after the error. Another that checks a moment later succeeds, though the
+/// data it should make durable may be lost. So one that succeeded answers only once every
+/// one begun before its completion was seen has ended, having recorded its error: the one
+/// that took the error began before it checked, and so before that completion.
+#[derive(Default)]
+struct Syncs {
+    next: u64,
+    open: BTreeSet<u64>,
+}
+
+/// A flush or FUA write in flight on an export, begun before its operation is submitted.
+/// Its end records the error it saw, if any, then lets the successful ones waiting for it
+/// answer. One dropped without an end (its result will never be known) counts as failed.
+pub struct SyncToken {
+    export: Arc<Export>,
+    seq: u64,
+    ended: bool,
+}
+
+impl SyncToken {
+    /// The operation is over: `errno` is what it lost (see `conn::sticky`), `None` if
+    /// nothing.
+    pub fn end(mut self, errno: Option<i32>) {
+        self.finish(errno);
+    }
+
+    fn finish(&mut self, errno: Option<i32>) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        if let Some(e) = errno {
+            self.export.record_error(e);
+        }
+        self.export
+            .syncs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open
+            .remove(&self.seq);
+        self.export.settle_waiters.wake_all();
+    }
+}
+
+impl Drop for SyncToken {
+    fn drop(&mut self) {
+        self.finish(Some(libc::EIO));
+    }
 }
 
 /// A read-write attachment of an exclusive export; dropping it lets the export go.
@@ -84,6 +142,8 @@ impl Export {
             exclusive,
             owner: Mutex::new(None),
             error: AtomicI32::new(0),
+            syncs: Mutex::new(Syncs::default()),
+            settle_waiters: Waiters::default(),
         }
     }
 
@@ -161,6 +221,42 @@ impl Export {
             e => Some(e),
         }
     }
+
+    /// A flush or FUA write begins (before its operation is submitted: it may take a
+    /// writeback error from then on).
+    pub fn sync_begin(self: &Arc<Self>) -> SyncToken {
+        let mut s = self.syncs.lock().unwrap_or_else(PoisonError::into_inner);
+        let seq = s.next;
+        s.next += 1;
+        s.open.insert(seq);
+        SyncToken {
+            export: self.clone(),
+            seq,
+            ended: false,
+        }
+    }
+
+    /// Where a flush or FUA write that just succeeded must wait for: every one begun so far.
+    pub fn sync_mark(&self) -> u64 {
+        self.syncs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .next
+    }
+
+    /// Whether every flush and FUA write begun before `mark` has ended, its error recorded;
+    /// if not, `w` is woken when one ends.
+    pub fn settled(&self, mark: u64, w: Option<&Arc<Wake>>) -> bool {
+        let s = self.syncs.lock().unwrap_or_else(PoisonError::into_inner);
+        if s.open.first().is_none_or(|&oldest| oldest >= mark) {
+            return true;
+        }
+        // Under the lock: an end after this check finds the waiter.
+        if let Some(w) = w {
+            self.settle_waiters.add(w);
+        }
+        false
+    }
 }
 
 /// The target's exports by name.
@@ -172,6 +268,7 @@ mod tests {
     use crate::backing::IoOp;
     use crate::ring::Ring;
     use std::io;
+    use std::time::Duration;
 
     struct Null;
     impl Backing for Null {
@@ -234,6 +331,49 @@ mod tests {
         ));
         let _x = shared.hold(ip("10.0.0.1"), true).unwrap();
         assert!(shared.hold(ip("10.0.0.2"), true).is_some());
+    }
+
+    #[test]
+    fn a_sync_settles_once_every_earlier_one_has_ended() {
+        let e = Arc::new(Export::new(
+            "e",
+            Box::new(Null),
+            false,
+            None,
+            None,
+            false,
+            true,
+        ));
+        let w = Arc::new(Wake::new().unwrap());
+        let a = e.sync_begin();
+        let b = e.sync_begin();
+        b.end(None);
+        let mark = e.sync_mark();
+        assert!(!e.settled(mark, Some(&w)), "a began before b's completion");
+        let later = e.sync_begin();
+        a.end(Some(libc::EIO));
+        assert_eq!(
+            crate::wake::readable(&[Some(w.fd())], Some(Duration::ZERO)).unwrap(),
+            1
+        );
+        assert!(
+            e.settled(mark, None),
+            "one begun after the mark is not waited for"
+        );
+        assert_eq!(e.error(), Some(libc::EIO), "recorded before b may answer");
+        // One whose result is never known counts as failed.
+        let f = Arc::new(Export::new(
+            "f",
+            Box::new(Null),
+            false,
+            None,
+            None,
+            false,
+            true,
+        ));
+        drop(f.sync_begin());
+        assert_eq!(f.error(), Some(libc::EIO));
+        drop(later);
     }
 
     #[test]

@@ -30,6 +30,8 @@ mod ring;
 mod stats;
 mod stats_cmd;
 mod tcp;
+#[cfg(test)]
+mod testkit;
 mod wake;
 
 use std::io::Read;

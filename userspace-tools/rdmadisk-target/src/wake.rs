@@ -23,12 +23,55 @@ impl Wake {
         self.0.as_raw_fd()
     }
 
-    /// Makes the fd readable, for good (nothing reads it back).
+    /// Makes the fd readable, for good unless [`Wake::clear`] reads it back.
     pub fn signal(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to an eventfd we own. It fails only when
         // the counter would overflow, which takes 2^64 signals.
         let _ = unsafe { libc::write(self.fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Takes back the signals given so far, so that a wake used again and again (a
+    /// connection's, see `conn::Core`) waits until the next one.
+    pub fn clear(&self) {
+        let mut n = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from an eventfd we own; it is
+        // non-blocking, so an unsignalled one fails with EAGAIN, which is all right.
+        let _ = unsafe { libc::read(self.fd(), n.as_mut_ptr().cast(), n.len()) };
+    }
+}
+
+/// Connections waiting for something another thread will give back: each is woken once by
+/// the next [`Waiters::wake_all`] after it asked, and asks again if it is still short.
+///
+/// All are woken, not one: what comes back (a buffer of some size, a flush's result) may be
+/// what any of them waits for, and a connection woken for nothing only looks once more.
+#[derive(Default)]
+pub struct Waiters(std::sync::Mutex<Vec<std::sync::Weak<Wake>>>);
+
+impl Waiters {
+    /// `w` is woken by the next [`Waiters::wake_all`] (once, however often it asked).
+    pub fn add(&self, w: &std::sync::Arc<Wake>) {
+        let mut v = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let me = std::sync::Arc::downgrade(w);
+        if !v.iter().any(|x| x.ptr_eq(&me)) {
+            v.push(me);
+        }
+    }
+
+    pub fn wake_all(&self) {
+        let v = std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for w in v.iter().filter_map(std::sync::Weak::upgrade) {
+            w.signal();
+        }
     }
 }
 
@@ -75,5 +118,28 @@ mod tests {
         w.signal();
         assert_eq!(readable(&fds, Some(Duration::ZERO)).unwrap(), 0b100);
         assert_eq!(readable(&fds, None).unwrap(), 0b100);
+        w.clear();
+        assert_eq!(readable(&fds, Some(Duration::ZERO)).unwrap(), 0);
+    }
+
+    #[test]
+    fn waiters_are_woken_once_each() {
+        let ws = Waiters::default();
+        let a = std::sync::Arc::new(Wake::new().unwrap());
+        let b = std::sync::Arc::new(Wake::new().unwrap());
+        ws.add(&a);
+        ws.add(&a);
+        ws.add(&b);
+        drop(b);
+        ws.wake_all();
+        let fds = [Some(a.fd())];
+        assert_eq!(readable(&fds, Some(Duration::ZERO)).unwrap(), 1);
+        a.clear();
+        ws.wake_all();
+        assert_eq!(
+            readable(&fds, Some(Duration::ZERO)).unwrap(),
+            0,
+            "asked once"
+        );
     }
 }
