@@ -99,11 +99,12 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
         }
     }
     line(format!(
-        "limits: credits {}, queue depth {}, max I/O {} bytes, buffer memory {} bytes, RDMA window {} bytes, inline_max {}, ack_timeout_exp {}, connections {} ({} per host)",
+        "limits: credits {}, queue depth {}, max I/O {} bytes, buffer memory {} bytes (a connection's own buffers take up to {} of it), RDMA window {} bytes, inline_max {}, ack_timeout_exp {}, connections {} ({} per host)",
         cfg.credits,
         cfg.queue_depth,
         cfg.max_io_bytes,
         cfg.buffer_memory,
+        cfg.connection_bytes(),
         cfg.rdma_window,
         cfg.inline_max,
         cfg.ack_timeout_exp,

@@ -30,7 +30,7 @@ use rdmadisk_proto::options::{DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT};
 use rdmadisk_proto::wire::SECTOR_SIZE;
 use serde::Deserialize;
 
-use crate::engine::{HostKey, Keys};
+use crate::engine::{rdma_conn_bytes, HostKey, Keys, TCP_STAGING};
 use crate::hostile::{Hostile, Kind};
 
 /// rdmadisk storage target: serves block exports to rdmadisk clients over RDMA (rdma_cm, RC
@@ -560,6 +560,17 @@ fn switch(on: bool, off: bool, file: Option<bool>) -> Option<bool> {
 }
 
 impl Config {
+    /// Bytes of one connection's own buffers, which count in `buffer_memory`: the larger of
+    /// an RDMA connection's (receives and sends) and a TCP connection's (its receive staging),
+    /// of the transports served.
+    pub fn connection_bytes(&self) -> usize {
+        let rdma = self
+            .rdma_port
+            .map(|_| rdma_conn_bytes(usize::from(self.credits), self.inline_max));
+        let tcp = self.tcp_port.map(|_| TCP_STAGING);
+        rdma.into_iter().chain(tcp).max().unwrap_or(0)
+    }
+
     /// Merges the file (if any) and the flags, and checks the result: every problem found,
     /// or the configuration.
     pub fn load(args: &Args) -> Result<Config, Problems> {
@@ -874,6 +885,13 @@ impl Config {
         }
         if c.rdma_port.is_none() && c.tcp_port.is_none() {
             p.add("both transports disabled");
+        }
+        let own = c.connection_bytes();
+        if c.buffer_memory < u64::from(c.max_io_bytes) + own as u64 {
+            p.add(format!(
+                "buffer_memory = {}: no connection could attach: one needs its own buffers ({own} bytes) and room for a request of max_io_bytes ({}) in it",
+                c.buffer_memory, c.max_io_bytes
+            ));
         }
         (c, p)
     }

@@ -30,7 +30,7 @@ use crate::wake::Wake;
 /// its Hello and its proof or first request).
 pub const TAKEN: &str = "the export was attached read-write by another host meanwhile";
 use crate::fence_table::{ConnFence, Ticket};
-use crate::pool::{Buf, Pool};
+use crate::pool::{Buf, Demand, Pool, Take};
 use crate::ring::{Done, Ring};
 use crate::stats::{micros, Stats};
 
@@ -146,6 +146,8 @@ pub struct Core {
     pub slots: Vec<Slot>,
     /// Slots waiting for a buffer, oldest first.
     waiting: VecDeque<usize>,
+    /// The oldest waiting slot's place in its pool's demand (see [`Pool::get`]).
+    demand: Option<Demand>,
     /// Slots whose write data the transport must bring in.
     pub to_fetch: VecDeque<usize>,
     /// Slots whose response the transport must send.
@@ -207,6 +209,7 @@ impl Core {
             pool,
             slots: (0..slots).map(|_| Slot::new()).collect(),
             waiting: VecDeque::new(),
+            demand: None,
             to_fetch: VecDeque::new(),
             to_answer: VecDeque::new(),
             settling: Vec::new(),
@@ -338,17 +341,21 @@ impl Core {
     /// Gives buffers to the slots waiting for one, in order, as far as they go.
     fn serve_waiting(&mut self) {
         while let Some(&i) = self.waiting.front() {
-            let b = match self.pool.get() {
-                Ok(Some(b)) => b,
-                Ok(None) => {
+            let len = self.slots[i].req.length as usize;
+            let b = match self.pool.get(len, self.kick.as_ref(), &mut self.demand) {
+                Ok(Take::Got(b)) => b,
+                Ok(Take::Short) => {
                     if !self.starved {
                         self.starved = true;
                         Stats::inc(&self.t.stats.buffer_waits);
                     }
                     return;
                 }
+                // Made off this thread for it; the kick says when.
+                Ok(Take::Making) => return,
                 Err(e) => {
                     log::error!("cannot make a data buffer: {e}");
+                    self.demand = None;
                     self.waiting.pop_front();
                     self.answer(i, Status::IoError);
                     continue;
@@ -891,7 +898,7 @@ mod tests {
             let b = WritebackFails::new(&dir.path().join(format!("e{n}")));
             let lost = b.lost();
             let t = testkit::target(vec![("e", Box::new(b))]);
-            let pool = Pool::plain(1 << 20, &Budget::new(64 << 20));
+            let pool = Pool::plain(1 << 20, &Budget::new(64 << 20, 1 << 20));
             let (mut a, mut c) = (
                 testkit::core(&t, "e", 0, &pool),
                 testkit::core(&t, "e", 1, &pool),
@@ -940,7 +947,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let b = WritebackFails::new(&dir.path().join("e"));
         let t = testkit::target(vec![("e", Box::new(b))]);
-        let pool = Pool::plain(1 << 20, &Budget::new(64 << 20));
+        let pool = Pool::plain(1 << 20, &Budget::new(64 << 20, 1 << 20));
         let mut cores: Vec<Core> = (0..3).map(|q| testkit::core(&t, "e", q, &pool)).collect();
         let t0 = Instant::now();
         for (k, c) in cores.iter_mut().enumerate() {

@@ -23,6 +23,28 @@ use crate::pool::Budget;
 use crate::stats::Stats;
 use crate::wake::Wake;
 
+/// Bytes of a TCP connection's receive staging buffer.
+pub const TCP_STAGING: usize = 64 << 10;
+/// Bytes per RDMA send buffer (a Response is 32 bytes, an AuthReply 64), and per receive
+/// without inline data (a Request is 48 bytes, an AuthRequest 64).
+pub const RDMA_SLOT: usize = 64;
+/// RDMA send buffers beyond one per request slot, for hostile extra messages and the answer
+/// to an authentication.
+pub const RDMA_SPARE: usize = 8;
+
+/// Bytes per RDMA receive: a request and, for an inline write, up to `inline_max` bytes of
+/// data.
+pub fn rdma_recv_slot(inline_max: u32) -> usize {
+    (rdmadisk_proto::wire::REQUEST_LEN + inline_max as usize).next_multiple_of(RDMA_SLOT)
+}
+
+/// Bytes of an RDMA connection's own registered buffers, which count against
+/// `buffer_memory`: one receive per credit, and one send buffer per request slot (two per
+/// credit) and per spare.
+pub fn rdma_conn_bytes(credits: usize, inline_max: u32) -> usize {
+    credits * rdma_recv_slot(inline_max) + (2 * credits + RDMA_SPARE) * RDMA_SLOT
+}
+
 /// Settings that shape every connection.
 #[derive(Clone, Debug)]
 pub struct Limits {

@@ -245,7 +245,7 @@ fn run(cfg: Config) -> Result<(), String> {
         let list: Vec<String> = allow.entries().iter().map(|c| c.to_string()).collect();
         say(&format!("allow-list: {}", list.join(", ")));
     }
-    let budget = Budget::new(cfg.buffer_memory as usize);
+    let budget = Budget::new(cfg.buffer_memory as usize, cfg.max_io_bytes as usize);
     for h in &cfg.hosts {
         say(&format!(
             "host {} ({}) has a key of its own{}",
@@ -343,6 +343,8 @@ fn run(cfg: Config) -> Result<(), String> {
             let (used, peak) = t.budget.used();
             stats::Stats::set(&t.stats.buffer_bytes, used as u64);
             stats::Stats::set(&t.stats.buffer_bytes_peak, peak as u64);
+            stats::Stats::set(&t.stats.connection_buffer_bytes, t.budget.fixed() as u64);
+            stats::Stats::set(&t.stats.buffers_made, t.budget.made());
             stats::Stats::set(&t.stats.fences, t.fences.len() as u64);
             if let Err(e) = t.stats.write_file(p) {
                 log::warn!("cannot write {}: {e}", p.display());

@@ -30,9 +30,11 @@ use rdmadisk_proto::wire::{
 };
 
 use crate::conn::{Core, Stage, TICK, UD_CQ, UD_KIND, UD_SCQ, UD_WAKE};
-use crate::engine::{Challenge, Slot as CapSlot, Target};
+use crate::engine::{
+    rdma_conn_bytes, rdma_recv_slot, Challenge, Slot as CapSlot, Target, RDMA_SLOT, RDMA_SPARE,
+};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
-use crate::pool::{Budget, Pool};
+use crate::pool::{Budget, Pool, Reservation};
 use crate::ring::Done;
 use crate::stats::Stats;
 use crate::wake::Wake;
@@ -44,17 +46,11 @@ const CQ_SPARE: u32 = 8;
 /// for the ACK timeout before it asks again for the rest, while a later read's response
 /// exposes the gap at once; and every retry of a read resends its whole rest.
 const READ_CHUNK: usize = 64 << 10;
-/// Bytes per send slot (a Response is 32 bytes, an AuthReply 64), and per receive slot
-/// without inline data (a Request is 48 bytes, an AuthRequest 64).
-const SLOT: usize = 64;
+/// (The sizes of a connection's own buffers are the engine's: they count in the budget,
+/// which `--check-config` checks without RDMA.)
+const SLOT: usize = RDMA_SLOT;
+const SPARE: usize = RDMA_SPARE;
 const _: () = assert!(AUTH_REPLY_LEN <= SLOT && rdmadisk_proto::wire::AUTH_REQUEST_LEN <= SLOT);
-
-/// Bytes per receive: a request and, for an inline write, up to `inline_max` bytes of data.
-fn recv_slot(inline_max: u32) -> usize {
-    (REQUEST_LEN + inline_max as usize).next_multiple_of(SLOT)
-}
-/// Send buffers beyond one per request slot, for hostile extra messages.
-const SPARE: usize = 8;
 
 const K_RECV: u64 = 1;
 const K_SEND: u64 = 2;
@@ -332,6 +328,24 @@ fn setup(
         }
     };
     let credits = usize::from(t.limits.credits);
+    // The connection's own buffers count in the budget like its requests' data: at the
+    // largest settings they pin about 64 MiB.
+    let bytes = rdma_conn_bytes(credits, t.limits.inline_max);
+    let Some(mem) = t.budget.reserve(bytes) else {
+        Stats::inc(&t.stats.memory_refusals);
+        let (used, _) = t.budget.used();
+        refuse(
+            &id,
+            &peer,
+            HelloStatus::Busy,
+            &format!(
+                "its receive and send buffers ({bytes} bytes) do not fit in buffer_memory ({used} of {} bytes held, {} by connections)",
+                t.budget.max(),
+                t.budget.fixed()
+            ),
+        );
+        return Err(());
+    };
     let slots = 2 * credits;
     let send_bufs = slots + SPARE;
     // Per slot at most an RDMA Write, a Send and a late write, or the last part of its RDMA
@@ -362,7 +376,7 @@ fn setup(
             ),
         );
     }
-    let rslot = recv_slot(t.limits.inline_max);
+    let rslot = rdma_recv_slot(t.limits.inline_max);
     let mrs = Mr::new(&dev.pd, credits * rslot, Access::LOCAL_WRITE)
         .and_then(|r| Ok((r, Mr::new(&dev.pd, send_bufs * SLOT, Access::LOCAL_WRITE)?)));
     let (recv_mr, send_mr) = match mrs {
@@ -449,6 +463,7 @@ fn setup(
         recv_mr,
         rslot,
         send_mr,
+        _mem: mem,
         cq,
         scq,
         _dev: dev,
@@ -518,9 +533,11 @@ struct Conn {
     id: CmId,
     core: Core,
     recv_mr: Mr,
-    /// Bytes per receive ([`recv_slot`]).
+    /// Bytes per receive ([`rdma_recv_slot`]).
     rslot: usize,
     send_mr: Mr,
+    /// The message buffers' share of the buffer budget.
+    _mem: Reservation,
     /// Receives.
     cq: Arc<Cq>,
     /// Send-queue work: RDMA Reads, response Sends (with their RDMA Writes), extras.

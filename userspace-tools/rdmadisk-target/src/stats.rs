@@ -112,9 +112,18 @@ counters! {
     auth_failures,
     /// Times a request waited for a data buffer (the budget was spent).
     buffer_waits,
-    /// Bytes of data buffers held now, and at most (gauges, rewritten with the stats file).
+    /// Bytes counted against buffer_memory now (data buffers and connections' own buffers),
+    /// and at most (gauges, rewritten with the stats file).
     buffer_bytes,
     buffer_bytes_peak,
+    /// Of buffer_bytes, the connections' own buffers (RDMA receives and sends, TCP staging):
+    /// a gauge.
+    connection_buffer_bytes,
+    /// Data buffers made (and registered with a device, for RDMA) so far; reused ones are not
+    /// counted again.
+    buffers_made,
+    /// Connections refused Busy because their own buffers did not fit in buffer_memory.
+    memory_refusals,
     /// Responses posted (RDMA) or queued (TCP), and the microseconds their requests spent in
     /// the target in all, from the transport handing the request over (its receive taken off
     /// the CQ, its frame parsed) to that point: `service_us / served` is the mean time a

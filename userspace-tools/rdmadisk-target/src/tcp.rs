@@ -22,17 +22,15 @@ use rdmadisk_proto::wire::{
 };
 
 use crate::conn::{Core, Stage, TICK, UD_KIND, UD_RECV, UD_SEND};
-use crate::engine::{Challenge, Slot as CapSlot, Target};
+use crate::engine::{Challenge, Slot as CapSlot, Target, TCP_STAGING};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
-use crate::pool::{Buf, Pool};
+use crate::pool::{Buf, Pool, Reservation, Take};
 use crate::ring::Done;
 use crate::stats::Stats;
 
 /// Write data larger than max_io_bytes up to this size is drained and answered with an error;
 /// anything larger is a malformed frame.
 const DRAIN_MAX: u32 = 64 << 20;
-/// Bytes the receive staging buffer holds.
-const STAGING: usize = 64 << 10;
 
 /// Accepts connections until shutdown; returns the connection threads to join.
 pub fn serve(
@@ -65,11 +63,23 @@ pub fn serve(
                     refuse_early(stream, HelloStatus::Busy);
                     continue;
                 };
+                let Some(mem) = t.budget.reserve(TCP_STAGING) else {
+                    Stats::inc(&t.stats.refused);
+                    Stats::inc(&t.stats.memory_refusals);
+                    let (used, _) = t.budget.used();
+                    log::warn!(
+                        "tcp: refused connection from {peer}: its receive buffer ({TCP_STAGING} bytes) does not fit in buffer_memory ({used} of {} bytes held, {} by connections)",
+                        t.budget.max(),
+                        t.budget.fixed()
+                    );
+                    refuse_early(stream, HelloStatus::Busy);
+                    continue;
+                };
                 let tt = t.clone();
                 let p = pool.clone();
                 match thread::Builder::new()
                     .name(format!("tcp-{peer}"))
-                    .spawn(move || connection(tt, stream, peer, p, cap))
+                    .spawn(move || connection(tt, stream, peer, p, cap, mem))
                 {
                     Ok(h) => threads.push(h),
                     Err(e) => log::error!("tcp: cannot start a thread for {peer}: {e}"),
@@ -191,7 +201,14 @@ fn read_hello(s: &mut TcpStream, deadline: Instant) -> Result<Hello, (HelloStatu
         .map_err(|e| (e.hello_status(), format!("bad Hello ({e})")))
 }
 
-fn connection(t: Arc<Target>, mut s: TcpStream, peer: SocketAddr, pool: Arc<Pool>, _cap: CapSlot) {
+fn connection(
+    t: Arc<Target>,
+    mut s: TcpStream,
+    peer: SocketAddr,
+    pool: Arc<Pool>,
+    _cap: CapSlot,
+    mem: Reservation,
+) {
     Stats::inc(&t.stats.tcp_connections);
     let _ = s.set_nodelay(true);
     keepalive(&s);
@@ -255,7 +272,8 @@ fn connection(t: Arc<Target>, mut s: TcpStream, peer: SocketAddr, pool: Arc<Pool
     };
     let mut c = Conn {
         core,
-        staging: vec![0u8; STAGING],
+        staging: vec![0u8; TCP_STAGING],
+        _mem: mem,
         s,
         peer,
         start: 0,
@@ -379,6 +397,8 @@ struct Conn {
     /// a frame is finished within the send timeout, so a stalled client cannot keep a data
     /// buffer (or its slot) for ever.
     stalled_since: Option<Instant>,
+    /// `staging`'s share of the buffer budget.
+    _mem: Reservation,
 }
 
 impl Conn {
@@ -617,7 +637,7 @@ impl Conn {
                     self.parse = if h.data_len == 0 {
                         self.core.start(slot, req, None)?;
                         Parse::Head
-                    } else if h.data_len > self.core.pool.buf_len() as u32 {
+                    } else if h.data_len as usize > self.core.pool.max_len() {
                         Parse::Skip {
                             slot,
                             req,
@@ -633,8 +653,10 @@ impl Conn {
                 }
                 Parse::NeedBuf { slot, req, waited } => {
                     let (slot, req) = (*slot, *req);
-                    match self.core.pool.get() {
-                        Ok(Some(buf)) => {
+                    // (TCP's buffers are made on the spot: no demand to keep.)
+                    let c = &self.core;
+                    match c.pool.get(req.length as usize, c.kick.as_ref(), &mut None) {
+                        Ok(Take::Got(buf)) => {
                             self.parse = Parse::Data {
                                 slot,
                                 req,
@@ -642,7 +664,7 @@ impl Conn {
                                 got: 0,
                             }
                         }
-                        Ok(None) => {
+                        Ok(_) => {
                             if !*waited {
                                 *waited = true;
                                 Stats::inc(&self.core.t.stats.buffer_waits);

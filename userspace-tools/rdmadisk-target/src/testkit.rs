@@ -18,7 +18,7 @@ use crate::backing::{Backing, FdBacking, Geometry, IoOp};
 use crate::conn::Core;
 use crate::engine::{Limits, Target};
 use crate::export::Export;
-use crate::pool::{Budget, Pool};
+use crate::pool::{Budget, Pool, Take};
 use crate::ring::Ring;
 
 /// The target's defaults.
@@ -58,7 +58,7 @@ pub fn target(exports: Vec<(&str, Box<dyn Backing>)>) -> Arc<Target> {
         AllowList::parse::<&str>(&[]).unwrap(),
         true,
         limits(),
-        Budget::new(256 << 20),
+        Budget::new(256 << 20, 1 << 20),
     ))
 }
 
@@ -99,7 +99,9 @@ pub fn request(opcode: Opcode, tag: u32, sector: u64, data: &[u8], len: u32) -> 
 /// Starts `req` in slot `slot`, with `data` as a write's (taken from `pool`).
 pub fn start(c: &mut Core, slot: usize, req: Request, data: Option<&[u8]>) {
     let buf = data.map(|d| {
-        let mut b = c.pool.get().unwrap().unwrap();
+        let Ok(Take::Got(mut b)) = c.pool.get(d.len(), None, &mut None) else {
+            panic!("no buffer for the test's write");
+        };
         b.as_mut_slice()[..d.len()].copy_from_slice(d);
         b
     });
