@@ -726,6 +726,12 @@ impl Drop for Pd {
 }
 
 impl Pd {
+    /// How many completion vectors the device has (interrupt queues a CQ can be bound to).
+    pub fn num_comp_vectors(&self) -> i32 {
+        // SAFETY: ctx is a live device context; num_comp_vectors is a plain field.
+        unsafe { (*self.ctx).num_comp_vectors }
+    }
+
     /// Asynchronous events pending on the device (QP fatal, access errors, port changes), as
     /// text, without blocking. For diagnostics when a QP dies without an error completion.
     pub fn drain_async_events(&self) -> Vec<String> {
@@ -1102,11 +1108,24 @@ unsafe impl Send for Cq {}
 unsafe impl Sync for Cq {}
 
 impl Cq {
-    /// A CQ of `entries` entries on the PD's device, with `channel` for blocking waits.
+    /// A CQ of `entries` entries on the PD's device, with `channel` for blocking waits, on
+    /// the device's first completion vector.
     pub fn new(pd: &Pd, entries: u32, channel: Option<&Arc<CompChannel>>) -> io::Result<Arc<Cq>> {
+        Cq::on_vector(pd, entries, channel, 0)
+    }
+
+    /// [`Cq::new`], with its completion events on `comp_vector` (below
+    /// [`Pd::num_comp_vectors`]).
+    pub fn on_vector(
+        pd: &Pd,
+        entries: u32,
+        channel: Option<&Arc<CompChannel>>,
+        comp_vector: i32,
+    ) -> io::Result<Arc<Cq>> {
         let ch = channel.map_or(ptr::null_mut(), |c| c.raw.as_ptr());
         // SAFETY: ctx and channel are live.
-        let raw = unsafe { sys::ibv_create_cq(pd.ctx, entries as i32, ptr::null_mut(), ch, 0) };
+        let raw =
+            unsafe { sys::ibv_create_cq(pd.ctx, entries as i32, ptr::null_mut(), ch, comp_vector) };
         let raw = NonNull::new(raw).ok_or_else(last_err)?;
         Ok(Arc::new(Cq {
             raw,

@@ -15,7 +15,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -89,6 +89,26 @@ struct Device {
     pd: Arc<Pd>,
     pool: Arc<Pool>,
     limits: rdma::DeviceLimits,
+    /// The device's completion vectors, and how many connections' CQs were put on them.
+    vectors: i32,
+    cqs: AtomicUsize,
+}
+
+impl Device {
+    /// The completion vector for the next connection's CQs.
+    fn next_vector(&self) -> i32 {
+        comp_vector(self.cqs.fetch_add(1, Ordering::Relaxed), self.vectors)
+    }
+}
+
+/// The completion vector of a device's `turn`-th connection: round-robin over its `vectors`,
+/// so that the connections' completion interrupts spread over the CPUs those are bound to,
+/// rather than all land on the first. A device that reports none gets 0.
+fn comp_vector(turn: usize, vectors: i32) -> i32 {
+    match usize::try_from(vectors) {
+        Ok(n) if n > 0 => (turn % n) as i32,
+        _ => 0,
+    }
 }
 
 /// The rdma_cm listener.
@@ -243,7 +263,14 @@ fn device_of(
     let pd = id.alloc_pd()?;
     let limits = rdma::device_limits(&pd)?;
     let pool = Pool::registered(t.limits.max_io_bytes as usize, &pd, budget);
-    let d = Arc::new(Device { pd, pool, limits });
+    let vectors = pd.num_comp_vectors();
+    let d = Arc::new(Device {
+        pd,
+        pool,
+        limits,
+        vectors,
+        cqs: AtomicUsize::new(0),
+    });
     devices.insert(key, d.clone());
     Ok(d)
 }
@@ -387,16 +414,20 @@ fn setup(
     // completions of response Sends only when something waits for them (`Conn::need_sends`).
     // At queue depth 1 that halves the wake-ups: the Send's completion is reaped with the next
     // request instead of waking the thread on its own (docs/design.md, "The target").
+    // Both on one completion vector (one thread waits on both), each connection on the next.
+    let vector = dev.next_vector();
     let res = (|| -> io::Result<(Arc<Cq>, Arc<Cq>)> {
-        let cq = Cq::new(
+        let cq = Cq::on_vector(
             &dev.pd,
             recv_wr + CQ_SPARE,
             Some(&CompChannel::new(&dev.pd)?),
+            vector,
         )?;
-        let scq = Cq::new(
+        let scq = Cq::on_vector(
             &dev.pd,
             send_wr + CQ_SPARE,
             Some(&CompChannel::new(&dev.pd)?),
+            vector,
         )?;
         id.create_qp(
             &dev.pd,
@@ -453,8 +484,8 @@ fn setup(
         }
     };
     log::info!(
-        "rdma: {peer} attached to export {} (queue {}/{}, {credits} credits, client recv credits {}, session {} epoch {})",
-        core.export.name, hello.queue_id, hello.queue_count, hello.recv_credits, hello.session_id, hello.epoch
+        "rdma: {peer} attached to export {} (queue {}/{}, {credits} credits, client recv credits {}, session {} epoch {}, CQs on completion vector {vector} of {})",
+        core.export.name, hello.queue_id, hello.queue_count, hello.recv_credits, hello.session_id, hello.epoch, dev.vectors.max(1)
     );
     Stats::inc(&t.stats.rdma_connections);
     Ok(Conn {
@@ -1397,5 +1428,21 @@ impl Conn {
                 wc.status_str()
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_take_the_completion_vectors_in_turn() {
+        let four: Vec<i32> = (0..9).map(|turn| comp_vector(turn, 4)).collect();
+        assert_eq!(four, [0, 1, 2, 3, 0, 1, 2, 3, 0]);
+        // One vector (soft-RoCE on a one-CPU host), or a device that reports none.
+        for n in [1, 0, -1] {
+            assert!((0..5).all(|turn| comp_vector(turn, n) == 0), "{n}");
+        }
+        assert_eq!(comp_vector(usize::MAX, 3), (usize::MAX % 3) as i32);
     }
 }
