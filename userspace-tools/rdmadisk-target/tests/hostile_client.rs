@@ -82,6 +82,101 @@ fn credit_overrun_resets_that_connection_and_memory_stays_bounded() {
     assert_eq!(write(&mut good, 1, 2048, &pattern(2, 4096)), Status::Ok);
 }
 
+/// The credit check alone: with 4 credits, 4 requests in flight are within them and the
+/// connection stays; the 5th is one beyond, and resets it at once, though the connection has
+/// slots to spare (twice the credits), so nothing else would refuse it.
+#[test]
+fn the_request_beyond_the_credits_resets_the_connection() {
+    let t = Target::start(&["--credits", "4", "--stall-sector", "0"]);
+    let mut c = t.connect();
+    let data = pattern(1, 4096);
+    let stalled = |tag| TcpClient::request(Opcode::Write, tag, 0, 4096, &data);
+    for tag in 0..4 {
+        c.send(&stalled(tag), &data).unwrap();
+    }
+    assert!(
+        !c.is_closed(Duration::from_secs(1)),
+        "4 requests of 4 credits"
+    );
+    assert_eq!(t.counter("stalled_requests"), 4);
+    c.send(&stalled(4), &data).unwrap();
+    assert!(
+        c.is_closed(Duration::from_secs(5)),
+        "a 5th request on 4 credits must reset the connection"
+    );
+    assert_eq!(t.counter("credit_overruns"), 1);
+    assert_eq!(
+        t.counter_now("stalled_requests"),
+        4,
+        "the 5th was not taken"
+    );
+}
+
+/// Each connection cap on its own. `max_connections`: connections from three hosts fill it,
+/// and a fourth host's, far below the per-host cap, is refused on accept.
+#[test]
+fn max_connections_alone_refuses_the_connection_over_it() {
+    let t = Target::start(&["--max-connections", "3"]);
+    let from = |ip: &str| ConnectOptions {
+        bind: Some(ip.parse().unwrap()),
+        ..common::client("ro")
+    };
+    let held: Vec<TcpClient> = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|ip| t.connect_with(&from(ip)))
+        .collect();
+    assert_eq!(t.refusal(&from("127.0.0.4")), HelloStatus::Busy);
+    assert_eq!(t.counter("connections_over_cap"), 1);
+    drop(held);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c = t.connect_with(&from("127.0.0.4"));
+    assert_eq!(simple(&mut c, Opcode::Nop, 1, 0, 0), Status::Ok);
+}
+
+/// `max_connections_per_host`: two connections from one host fill it; its third is refused
+/// on accept, far below the target-wide cap, while another host still attaches.
+#[test]
+fn max_connections_per_host_alone_refuses_the_connection_over_it() {
+    let t = Target::start(&["--max-connections-per-host", "2"]);
+    let from = |ip: &str| ConnectOptions {
+        bind: Some(ip.parse().unwrap()),
+        ..common::client("ro")
+    };
+    let _a = t.connect_with(&from("127.0.0.1"));
+    let _b = t.connect_with(&from("127.0.0.1"));
+    assert_eq!(t.refusal(&from("127.0.0.1")), HelloStatus::Busy);
+    assert_eq!(t.counter("connections_over_cap"), 1);
+    let mut other = t.connect_with(&from("127.0.0.2"));
+    assert_eq!(simple(&mut other, Opcode::Nop, 1, 0, 0), Status::Ok);
+}
+
+/// The shutdown timeout on its own: a client that never reads keeps a response from going
+/// out, and the send timeout (60 s) is far off; SIGTERM must end that connection at the
+/// shutdown timeout (1 s), well before the target's own last resort (that timeout plus 5 s).
+#[test]
+fn sigterm_ends_a_stuck_connection_at_the_shutdown_timeout() {
+    let t = Target::start(&["--send-timeout-s", "60", "--shutdown-timeout-s", "1"]);
+    let mut lazy = t.connect();
+    for i in 0..32u32 {
+        let req = TcpClient::request(Opcode::Read, i, 0, MIB as u32, &[]);
+        if lazy.send(&req, &[]).is_err() {
+            break;
+        }
+    }
+    // Long enough for the socket buffers to fill and a send to stall.
+    std::thread::sleep(Duration::from_secs(1));
+    let t0 = Instant::now();
+    let (ok, lines) = t.stop();
+    let took = t0.elapsed();
+    println!("SIGTERM with a response that cannot go out: exited in {took:?}");
+    assert!(ok, "{lines:#?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("still busy at the end of the shutdown timeout")));
+    assert!(lines.iter().any(|l| l.contains("exports synced")));
+}
+
 #[test]
 fn slowloris_hello_is_cut_off_and_good_clients_attach() {
     let t = Target::start(&["--hello-timeout-s", "1"]);
