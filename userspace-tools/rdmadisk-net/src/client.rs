@@ -202,7 +202,7 @@ pub fn check_auth_asked(opts: &ConnectOptions, reply: &HelloReply) -> Result<(),
 
 /// A TCP connection to `addr` from a reserved port if `reserved`, and the process may bind
 /// one (else from any port), bound to `ip` if given.
-fn dial(
+pub fn dial(
     addr: SocketAddr,
     ip: Option<IpAddr>,
     reserved: bool,

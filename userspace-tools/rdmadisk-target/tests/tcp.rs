@@ -243,6 +243,125 @@ fn allow_list_refuses_other_addresses() {
     assert_eq!(t.counter("refused"), 2);
 }
 
+/// The target-wide allow-list is checked on accept, before a byte is read: a client from
+/// elsewhere that sends nothing at all is answered NotAllowed and closed at once, not left to
+/// the Hello deadline.
+#[test]
+fn the_allow_list_refuses_on_accept_before_reading() {
+    let t = Target::start(&["--allow", "127.0.0.2", "--hello-timeout-s", "30"]);
+    let mut s = rdmadisk_net::client::dial(
+        t.addr,
+        Some("127.0.0.3".parse().unwrap()),
+        false,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    match rdmadisk_net::framing::read_frame(&mut s, 0) {
+        Ok(rdmadisk_net::framing::Frame::HelloReply(r)) => {
+            assert_eq!(r.status, HelloStatus::NotAllowed)
+        }
+        other => panic!("expected a refusal before sending anything, got {other:?}"),
+    }
+    let mut rest = Vec::new();
+    assert_eq!(std::io::Read::read_to_end(&mut s, &mut rest).unwrap(), 0);
+    assert_eq!(t.counter("refused"), 1);
+    assert_eq!(
+        t.counter_now("tcp_connections"),
+        0,
+        "no connection was started"
+    );
+    assert_eq!(t.counter_now("hello_timeouts"), 0);
+}
+
+/// An export's own allow-list, at run time: a client the target-wide list admits is refused
+/// on the export whose list does not name it (and served on the others), and the one it names
+/// is served.
+#[test]
+fn an_export_allow_list_refuses_clients_it_does_not_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("guarded.img");
+    std::fs::write(&img, vec![0u8; MIB]).unwrap();
+    let conf = dir.path().join("target.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[[export]]\nname = \"guarded\"\npath = \"{}\"\nallow = [\"127.0.0.2\"]\n",
+            img.display()
+        ),
+    )
+    .unwrap();
+    let t = Target::start(&["--config", conf.to_str().unwrap()]);
+    let from = |ip: &str, export: &str| ConnectOptions {
+        bind: Some(ip.parse::<IpAddr>().unwrap()),
+        ..common::client(export)
+    };
+    match TcpClient::connect(t.addr, &from("127.0.0.3", "guarded")) {
+        Err(ConnectError::Refused(HelloStatus::NotAllowed)) => {}
+        other => panic!("expected NotAllowed, got {:?}", other.map(|_| ())),
+    }
+    let mut ro = TcpClient::connect(t.addr, &from("127.0.0.3", "ro")).unwrap();
+    assert_eq!(read(&mut ro, 1, 0, 512).0, Status::Ok);
+    let mut ok = TcpClient::connect(t.addr, &from("127.0.0.2", "guarded")).unwrap();
+    assert_eq!(write(&mut ok, 1, 0, &pattern(1, 4096)), Status::Ok);
+    assert_eq!(t.counter("refused"), 1);
+}
+
+/// Write and flush errors are sticky per export, end to end. The target runs with a file
+/// size limit (RLIMIT_FSIZE, SIGXFSZ ignored) of half the export: a write past it fails in
+/// the kernel (EFBIG) like a failing store. From then on every Flush and FUA write of the
+/// export, on any connection, is answered IoError; plain writes and reads still go on.
+#[test]
+fn a_failed_write_fails_every_later_flush_and_fua_write() {
+    use std::os::unix::process::CommandExt;
+    let t = Target::start_with(&[], |cmd| {
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let half = libc::rlimit {
+                    rlim_cur: 8 << 20,
+                    rlim_max: 8 << 20,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &half) != 0
+                    || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    let mut a = t.connect_with(&ConnectOptions {
+        queue_count: 2,
+        ..common::client("rw")
+    });
+    let mut b = t.connect_with(&ConnectOptions {
+        queue_id: 1,
+        queue_count: 2,
+        ..common::client("rw")
+    });
+    let fua = |c: &mut TcpClient, tag, sector| {
+        let data = pattern(tag, 4096);
+        let mut req = TcpClient::request(Opcode::Write, tag, sector, 4096, &data);
+        req.flags = req_flags::FUA;
+        c.call(&req, &data, &mut [0u8; 16]).unwrap().0.status
+    };
+    assert_eq!(write(&mut a, 1, 0, &pattern(1, 4096)), Status::Ok);
+    assert_eq!(simple(&mut a, Opcode::Flush, 2, 0, 0), Status::Ok);
+    assert_eq!(fua(&mut a, 3, 8), Status::Ok);
+    // Past the limit: the store "fails".
+    assert_eq!(write(&mut a, 4, 16384, &pattern(4, 4096)), Status::IoError);
+    assert_eq!(simple(&mut a, Opcode::Flush, 5, 0, 0), Status::IoError);
+    assert_eq!(fua(&mut a, 6, 8), Status::IoError);
+    // The other connection of the export too.
+    assert_eq!(simple(&mut b, Opcode::Flush, 7, 0, 0), Status::IoError);
+    assert_eq!(fua(&mut b, 8, 16), Status::IoError);
+    // Not a refusal to serve: plain writes and reads go on.
+    assert_eq!(write(&mut b, 9, 24, &pattern(9, 4096)), Status::Ok);
+    assert_eq!(read(&mut b, 10, 24, 4096), (Status::Ok, pattern(9, 4096)));
+    assert_eq!(t.counter("io_errors"), 1);
+}
+
 #[test]
 fn fault_injection_switches() {
     let t = Target::start(&["--corrupt-read-every", "2", "--fail-write-crc-every", "3"]);

@@ -45,6 +45,11 @@ impl Target {
     /// (every byte 0x42), TCP only on 127.0.0.1, allowing 127.0.0.0/8 unless `extra` says who
     /// may attach.
     pub fn start(extra: &[&str]) -> Target {
+        Target::start_with(extra, |_| {})
+    }
+
+    /// [`Target::start`], with `setup` applied to the command first.
+    pub fn start_with(extra: &[&str], setup: impl FnOnce(&mut Command)) -> Target {
         let who: &[&str] = if extra.iter().any(|a| *a == "--allow" || *a == "--allow-any") {
             &[]
         } else {
@@ -56,7 +61,9 @@ impl Target {
         std::fs::write(&rw, vec![0u8; 16 * MIB]).unwrap();
         std::fs::write(&ro, vec![0x42u8; MIB]).unwrap();
         let stats = dir.path().join("stats");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rdmadisk-target"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rdmadisk-target"));
+        setup(&mut cmd);
+        let mut child = cmd
             .args([
                 "--listen",
                 "127.0.0.1",
