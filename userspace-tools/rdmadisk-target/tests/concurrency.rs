@@ -131,3 +131,71 @@ fn completion_orders_writes_and_flush_covers_what_completed() {
     pipelined(&mut a, &many);
     assert!(t.counter("requests") > 100);
 }
+
+/// What cachestat(2) (Linux 6.5) says of `len` bytes at `off` of `path`: (pages cached,
+/// dirty, under writeback).
+fn page_cache(path: &std::path::Path, off: u64, len: u64) -> (u64, u64, u64) {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        cache: u64,
+        dirty: u64,
+        writeback: u64,
+        evicted: u64,
+        recently_evicted: u64,
+    }
+    let f = std::fs::File::open(path).unwrap();
+    let range = Range { off, len };
+    let mut st = Stat::default();
+    // SAFETY: cachestat reads `range` and fills `st`, both live and of the kernel's layout.
+    let r = unsafe {
+        libc::syscall(
+            451, // cachestat
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            &range as *const Range,
+            &mut st as *mut Stat,
+            0,
+        )
+    };
+    assert_eq!(r, 0, "cachestat: {}", std::io::Error::last_os_error());
+    (st.cache, st.dirty, st.writeback)
+}
+
+/// A Flush must reach the store, not only the page cache: served through the page cache
+/// (`--no-direct`), the pages of a write that completed are dirty, and after another
+/// queue's Flush none of them is dirty or still being written back. (Reading the file back
+/// cannot tell: a read is served from those very pages, and an O_DIRECT read writes them
+/// back first.)
+#[test]
+fn a_flush_writes_what_completed_to_the_store() {
+    let t = Target::start(&["--no-direct"]);
+    let (mut a, mut b) = (queue(&t, 0), queue(&t, 1));
+    let path = t.export_path("rw");
+    let len = 1 << 20;
+    for round in 0..3u64 {
+        let sector = round * 2048;
+        assert_eq!(
+            write(&mut a, round as u32, sector, &pattern(round as u32, len)),
+            Status::Ok
+        );
+        let (_, dirty, _) = page_cache(&path, sector * 512, len as u64);
+        if dirty == 0 {
+            // Written back already by the kernel on its own: this round cannot tell.
+            continue;
+        }
+        assert_eq!(
+            simple(&mut b, Opcode::Flush, 100 + round as u32, 0, 0),
+            Status::Ok
+        );
+        let (cached, dirty_after, writeback) = page_cache(&path, sector * 512, len as u64);
+        println!("round {round}: {dirty} pages dirty after the write; after the flush {dirty_after} dirty, {writeback} under writeback, {cached} cached");
+        assert_eq!((dirty_after, writeback), (0, 0), "round {round}");
+        return;
+    }
+    panic!("the kernel wrote every round back by itself: nothing was left for a flush to do");
+}
