@@ -940,6 +940,59 @@ mod tests {
         }
     }
 
+    /// An export of 4096-byte blocks: a client is told so, a request whose offset or length
+    /// is not a whole number of blocks is refused Invalid (on a live connection), and whole
+    /// blocks are served.
+    #[test]
+    fn an_export_of_4096_byte_blocks_serves_whole_blocks_only() {
+        use Opcode::{Discard, Read, Write, WriteZeroes};
+        let dir = tempfile::tempdir().unwrap();
+        let b = testkit::Blocks::new(&dir.path().join("e"), 4096);
+        let t = testkit::target(vec![("e", Box::new(b))]);
+        assert_eq!(
+            t.hello_reply(&t.exports["e"], None).logical_block_size,
+            4096
+        );
+        let pool = Pool::plain(1 << 20, &Budget::new(64 << 20, 1 << 20));
+        let mut c = testkit::core(&t, "e", 0, &pool);
+        let mut run = |req: Request, data: Option<&[u8]>| {
+            start(&mut c, 0, req, data);
+            answer(&mut c, Duration::from_secs(5)).unwrap().1
+        };
+        let d = [0x5au8; 12288];
+        // (sector, length): off by a sector, a sector long, a block and a half.
+        for (sector, len) in [(1, 4096), (8, 512), (8, 6144), (4, 8192)] {
+            let n = len as usize;
+            assert_eq!(
+                run(request(Write, 1, sector, &d[..n], len), Some(&d[..n])),
+                Status::Invalid,
+                "write {sector}+{len}"
+            );
+            for op in [Read, Discard, WriteZeroes] {
+                assert_eq!(
+                    run(request(op, 2, sector, &[], len), None),
+                    Status::Invalid,
+                    "{op:?} {sector}+{len}"
+                );
+            }
+        }
+        assert_eq!(
+            t.stats
+                .bound_violations
+                .load(std::sync::atomic::Ordering::Relaxed),
+            16
+        );
+        assert_eq!(run(request(Write, 3, 8, &d, 12288), Some(&d)), Status::Ok);
+        assert_eq!(
+            run(request(WriteZeroes, 5, 24, &[], 4096), None),
+            Status::Ok
+        );
+        start(&mut c, 0, request(Read, 6, 8, &[], 12288), None);
+        let (_, st, back) = testkit::answer_data(&mut c, Duration::from_secs(5)).unwrap();
+        assert_eq!(st, Status::Ok);
+        assert!(back[..8192] == d[..8192] && back[8192..].iter().all(|&x| x == 0));
+    }
+
     /// Without a lost write, flushes and FUA writes of several connections all succeed, and
     /// none waits for a tick.
     #[test]

@@ -111,14 +111,24 @@ pub fn start(c: &mut Core, slot: usize, req: Request, data: Option<&[u8]>) {
 /// Turns `c`'s ring until a response is ready, or `limit` passes; returns (slot, status)
 /// and frees the slot.
 pub fn answer(c: &mut Core, limit: Duration) -> Option<(usize, Status)> {
+    answer_data(c, limit).map(|(i, st, _)| (i, st))
+}
+
+/// [`answer`], with the data the response carries (a successful read's).
+pub fn answer_data(c: &mut Core, limit: Duration) -> Option<(usize, Status, Vec<u8>)> {
     let end = Instant::now() + limit;
     loop {
         c.poll_waiting();
         if let Some(i) = c.to_answer.pop_front() {
-            let st = c.slots[i].status;
+            let s = &c.slots[i];
+            let data = s
+                .buf
+                .as_ref()
+                .map_or(Vec::new(), |b| b.as_slice()[..s.out_len()].to_vec());
+            let st = s.status;
             c.responded(i);
             c.release(i);
-            return Some((i, st));
+            return Some((i, st, data));
         }
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -191,6 +201,52 @@ impl Backing for WritebackFails {
             }
             _ => ring.fdatasync(self.pipe.1.as_raw_fd(), user_data),
         }
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync()
+    }
+}
+
+/// A file that says its blocks are `block_size` bytes (a 4Kn disk, say, which the host's
+/// test files are not).
+pub struct Blocks {
+    file: FdBacking,
+    block_size: u32,
+}
+
+impl Blocks {
+    pub fn new(path: &Path, block_size: u32) -> Blocks {
+        std::fs::write(path, vec![0u8; 1 << 20]).unwrap();
+        Blocks {
+            file: FdBacking::open(path, false, false).unwrap(),
+            block_size,
+        }
+    }
+}
+
+impl Backing for Blocks {
+    fn describe(&self) -> String {
+        format!("a file of {}-byte blocks", self.block_size)
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            block_size: self.block_size,
+            physical_block_size: self.block_size,
+            ..self.file.geometry()
+        }
+    }
+
+    unsafe fn start(
+        &self,
+        ring: &mut Ring,
+        op: IoOp,
+        buf: *mut u8,
+        user_data: u64,
+    ) -> io::Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.file.start(ring, op, buf, user_data) }
     }
 
     fn sync(&self) -> io::Result<()> {
