@@ -386,6 +386,15 @@ impl Pool {
         lock(&self.free)[class].pop()
     }
 
+    /// A new plain buffer of `size` bytes, which the caller has taken from the budget.
+    fn plain_buf(&self, size: usize) -> Buf {
+        self.budget.made.fetch_add(1, Ordering::Relaxed);
+        Buf {
+            kind: Kind::Plain(AlignedBuf::new(size)),
+            budget: self.budget.clone(),
+        }
+    }
+
     /// A buffer of at least `len` bytes, if one is free or the budget allows a new one now.
     /// If not, `wake` is woken when one may be had (a buffer comes back, bytes free up, one
     /// was made): ask again then, with the same `demand`, which keeps the request counted
@@ -400,33 +409,35 @@ impl Pool {
         let c = self.class_of(len).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "larger than the largest I/O")
         })?;
-        // Asked before looking again: a buffer that comes back in between wakes it.
-        let free = self.pop(c).or_else(|| {
-            if let Some(w) = wake {
-                self.budget.want(w);
-            }
-            self.pop(c)
-        });
-        if let Some(b) = free {
-            *demand = None;
-            return Ok(Take::Got(b));
-        }
         let size = self.classes[c];
+        let got = |demand: &mut Option<Demand>, b| {
+            *demand = None;
+            Ok(Take::Got(b))
+        };
+        if let Some(b) = self.pop(c) {
+            return got(demand, b);
+        }
+        if self.ahead.is_none() && self.budget.take_or_trim(size, false) {
+            return got(demand, self.plain_buf(size));
+        }
+        // About to wait: asked before looking again, so that a buffer that comes back in
+        // between (or one made for it) wakes it.
+        if let Some(w) = wake {
+            self.budget.want(w);
+        }
+        if let Some(b) = self.pop(c) {
+            return got(demand, b);
+        }
         let short = || {
             let b = &self.budget;
             b.last_short.store(b.now_ms(), Ordering::Relaxed);
             Ok(Take::Short)
         };
         let Some(a) = &self.ahead else {
-            if !self.budget.take_or_trim(size, false) {
-                return short();
+            if self.budget.take(size) {
+                return got(demand, self.plain_buf(size));
             }
-            self.budget.made.fetch_add(1, Ordering::Relaxed);
-            *demand = None;
-            return Ok(Take::Got(Buf {
-                kind: Kind::Plain(AlignedBuf::new(size)),
-                budget: self.budget.clone(),
-            }));
+            return short();
         };
         if let Some(e) = lock(&a.failed).take() {
             *demand = None;
