@@ -940,6 +940,25 @@ mod tests {
         }
     }
 
+    /// The fsync at shutdown is one of the export's flushes: a writeback error it takes is
+    /// recorded, for a Flush of a connection still running then to report.
+    #[test]
+    fn the_fsync_at_shutdown_records_the_error_it_takes() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = WritebackFails::new(&dir.path().join("e"));
+        let lost = b.lost();
+        let t = testkit::target(vec![("e", Box::new(b))]);
+        let pool = Pool::plain(1 << 20, &Budget::new(64 << 20, 1 << 20));
+        let mut c = testkit::core(&t, "e", 0, &pool);
+        lost.store(true, std::sync::atomic::Ordering::SeqCst);
+        t.sync_all();
+        start(&mut c, 0, request(Opcode::Flush, 1, 0, &[], 0), None);
+        assert_eq!(
+            answer(&mut c, Duration::from_secs(5)),
+            Some((0, Status::IoError))
+        );
+    }
+
     /// An export of 4096-byte blocks: a client is told so, a request whose offset or length
     /// is not a whole number of blocks is refused Invalid (on a live connection), and whole
     /// blocks are served.

@@ -635,10 +635,19 @@ impl Target {
         }
     }
 
-    /// fsyncs every writable export (at shutdown).
+    /// fsyncs every writable export (at shutdown). Like a Flush, it may take a writeback
+    /// error another connection's Flush (one still running past the shutdown timeout) should
+    /// report: it takes its place among them (`export::Syncs`).
     pub fn sync_all(&self) {
         for e in self.exports.values().filter(|e| !e.read_only) {
-            if let Err(err) = e.backing.sync() {
+            let sync = e.sync_begin();
+            let r = e.backing.sync();
+            sync.end(
+                r.as_ref()
+                    .err()
+                    .map(|err| err.raw_os_error().unwrap_or(libc::EIO)),
+            );
+            if let Err(err) = r {
                 log::error!("export {}: fsync at shutdown failed: {err}", e.name);
             }
         }

@@ -204,6 +204,9 @@ impl Backing for WritebackFails {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if self.lost.swap(false, Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         self.file.sync()
     }
 }
