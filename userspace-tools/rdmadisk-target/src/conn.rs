@@ -221,9 +221,9 @@ impl Core {
         })
     }
 
-    /// The client is trusted from now on (it proved its key; or, with no key, its first
-    /// request came, so the connection is really up): the connection takes its place in the
-    /// export's exclusive hold. Before this it has built nothing a half-open connection or
+    /// The client is trusted from now on (it proved its key; or, with no key, the connection
+    /// is really up: established, or its first request came): the connection takes its place
+    /// in the export's exclusive hold and in its fence. Before this it has built nothing a half-open connection or
     /// a client that never authenticates could keep from others. `Err` if another host took
     /// the export meanwhile (counted): the connection must go.
     pub fn confirm(&mut self) -> Result<(), &'static str> {
@@ -235,6 +235,8 @@ impl Core {
             Stats::inc(&self.t.stats.exclusive_refusals);
             return Err(TAKEN);
         }
+        // And in its fence: a closed fence stays while a trusted connection may still write.
+        self.fence.join();
         self.confirmed = true;
         Ok(())
     }

@@ -481,8 +481,11 @@ impl Target {
             (0, 0)
         };
         let new = hello.flags & hello_flags::NEW_SESSION != 0;
-        match self.fences.admit(ip, &export.name, session, epoch, new) {
-            Ok(()) => {}
+        let fence = match self
+            .fences
+            .admit(ip, export.name_arc(), session, epoch, new)
+        {
+            Ok(f) => f,
             Err(Refusal::Full) => {
                 Stats::inc(&self.stats.fence_table_full);
                 return Err(Refused::new(
@@ -501,7 +504,13 @@ impl Target {
                     ),
                 });
             }
-        }
+            Err(Refusal::Stuck) => {
+                return Err(Refused::new(
+                    HelloStatus::Busy,
+                    "the fence is moving and waits for an older connection's I/O stuck in the backing store".to_string(),
+                ));
+            }
+        };
         let challenge = keys.map(|keys| Challenge {
             nonce: random_nonce(),
             keys,
@@ -509,7 +518,6 @@ impl Target {
             client: peer.map(endpoint).unwrap_or_default(),
             target: local.map(endpoint).unwrap_or_default(),
         });
-        let fence = self.fences.conn(ip, export.name_arc(), session, epoch);
         Ok(Attached {
             export,
             fence,

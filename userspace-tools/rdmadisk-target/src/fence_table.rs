@@ -2,13 +2,14 @@
 //! address and export, consulted at attach and on every request (docs/design.md, "The fence
 //! invariant").
 //!
-//! A fence is made only by the first request of a connection that has been admitted as its
-//! client (authenticated by a key, or from a reserved port; `engine.rs`): a Hello, an
-//! authentication under way, or a connection that never establishes builds nothing here.
+//! A fence is made only by a connection that has been admitted as its client and is trusted
+//! (authenticated by a key, or up from a reserved port; `engine.rs`, `Core::confirm`): a
+//! Hello, an authentication under way, or a connection that never establishes builds nothing
+//! here. A connection admitted while the fence exists holds it from then on.
 //! Since sessions are ordered, a fence is two numbers, whatever the history. It goes when the
 //! client closes its session ([`wire::Opcode::Close`], a normal unmap: the client promises
-//! that no session of its at or below that one will attach again) and no connection or
-//! request uses it any more. Without a close (a client that crashed, a forced unmap), it stays
+//! that the mapping opens no connection of that session again) and no connection or request
+//! uses it any more. Without a close (a client that crashed, a forced unmap), it stays
 //! for the target's life: the target cannot know whether a session it superseded is still
 //! alive somewhere, and forgetting the fence would let such a session write again. The
 //! table's cap bounds that; a full table refuses new (address, export) pairs only.
@@ -18,9 +19,11 @@
 //! *generation* (the generation rises each time the fence moves). A request checks the fence
 //! and, if it may apply, takes a [`Ticket`] of the current generation, which it holds until
 //! its I/O has completed. Moving the fence raises the generation under the fence's lock (from
-//! then on an older set's modifying request is `Fenced`) and then waits until no ticket of an
-//! older generation is left. So once the first request of a newer connection set has moved the
-//! fence, no request of an older set is still being applied, and none will be. Many requests
+//! then on an older set's modifying request is `Fenced`), and a request of the current set
+//! takes its ticket only once no other connection's ticket of an older generation is left:
+//! the one that moved the fence, and the set's other connections alike. So once the first
+//! request of a newer connection set has begun, no request of an older set is still being
+//! applied, and none will be. Many requests
 //! of the current set apply in parallel, and a stream of them never holds a move up: only older
 //! generations are waited for.
 //!
@@ -57,9 +60,14 @@ struct GateState {
     generation: u64,
     /// Tickets out, by generation and connection (only those with tickets out have an entry).
     applying: BTreeMap<u64, BTreeMap<u64, u64>>,
-    /// Fence moves waiting for older tickets: a ticket's end wakes them only when there are
-    /// some (a wake is a system call, on every request otherwise).
+    /// Requests waiting for older tickets (fence moves, and the other connections of the set
+    /// that moved it): a ticket's end wakes them only when there are some (a wake is a system
+    /// call, on every request otherwise).
     movers: usize,
+    /// Those of them that have waited [`MOVE_WAIT_LOG`] or longer: an older set's I/O is
+    /// stuck in the backing store. New Hellos for the fence are refused `Busy` meanwhile, so
+    /// that client reconnects do not park a thread each here.
+    stuck: usize,
 }
 
 /// Gives back one use of `gate` (a connection's or a ticket's). The last use of a closed
@@ -97,14 +105,18 @@ pub enum Refusal {
     Full,
     /// The Hello's epoch or session has been superseded; `current` is where the fence is.
     Stale { current: Option<(u32, u32)> },
+    /// The fence is moving and an older set's I/O has kept it waiting for
+    /// [`MOVE_WAIT_LOG`] or more (see `GateState::stuck`).
+    Stuck,
 }
 
-/// One connection's place in the table: its fence (made at its first request) and its
-/// (session, epoch).
+/// One connection's place in the table: its fence and its (session, epoch).
 pub struct ConnFence {
     table: Arc<FenceTable>,
-    /// `None` until the first request (and for ever for session 0, which is never fenced and
-    /// moves nothing).
+    /// The fence, if there was one when the connection was admitted, or once the connection
+    /// is trusted ([`ConnFence::join`]) or sends a request; `None` for ever for session 0,
+    /// which is never fenced and moves nothing. Holding it keeps a closed fence from going:
+    /// a connection admitted under it may still send a request.
     gate: Option<Arc<Gate>>,
     /// This connection, in the gate's counts.
     id: u64,
@@ -195,47 +207,50 @@ impl FenceTable {
     }
 
     /// Whether a Hello of `session`/`epoch` from `ip` for `export` may attach (`new`: it opens
-    /// a session, see `Fence::admit_hello`). Makes nothing: the connection's fence is made by
-    /// its first request.
+    /// a session, see `Fence::admit_hello`), and the connection's place if so. Makes no fence:
+    /// a connection's fence is made once it is trusted or sends a request. It joins the one
+    /// there is, under the table's lock, so that a closed fence cannot go between this check
+    /// and the connection's first request.
     pub fn admit(
-        &self,
-        ip: IpAddr,
-        export: &str,
-        session: u32,
-        epoch: u32,
-        new: bool,
-    ) -> Result<(), Refusal> {
-        if session == 0 {
-            return Ok(());
-        }
-        let map = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(gate) = map.get(&(ip.to_canonical(), Arc::from(export))) else {
-            return if map.len() >= self.cap {
-                Err(Refusal::Full)
-            } else {
-                Ok(())
-            };
-        };
-        let f = gate
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .fence;
-        f.admit_hello(session, epoch, new)
-            .map_err(|_| Refusal::Stale {
-                current: f.current(),
-            })
-    }
-
-    /// A connection's place for `session`/`epoch` from `ip` on `export`; its fence is found,
-    /// or made, by its first request.
-    pub fn conn(
         self: &Arc<Self>,
         ip: IpAddr,
         export: Arc<str>,
         session: u32,
         epoch: u32,
-    ) -> ConnFence {
+        new: bool,
+    ) -> Result<ConnFence, Refusal> {
+        let mut conn = self.conn(ip, export, session, epoch);
+        if session == 0 {
+            return Ok(conn);
+        }
+        let map = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(gate) = map.get(&(conn.ip, conn.export.clone())) else {
+            return if map.len() >= self.cap {
+                Err(Refusal::Full)
+            } else {
+                Ok(conn)
+            };
+        };
+        let st = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let f = st.fence;
+        f.admit_hello(session, epoch, new)
+            .map_err(|_| Refusal::Stale {
+                current: f.current(),
+            })?;
+        if st.stuck > 0 {
+            return Err(Refusal::Stuck);
+        }
+        drop(st);
+        conn.gate = Some(gate.clone());
+        // The `conn` dropped on a refusal above has no gate; this one's is released by its
+        // drop, which takes the table's lock: let it go first.
+        drop(map);
+        Ok(conn)
+    }
+
+    /// A connection's place for `session`/`epoch` from `ip` on `export`, with no fence yet (see
+    /// [`FenceTable::admit`]).
+    fn conn(self: &Arc<Self>, ip: IpAddr, export: Arc<str>, session: u32, epoch: u32) -> ConnFence {
         // The RDMA and TCP listeners may see one client as IPv4 and as IPv4-mapped IPv6; a
         // failover between them must find the same fence.
         ConnFence {
@@ -268,10 +283,18 @@ impl FenceTable {
 }
 
 /// How long a fence move waits for an older set's requests before it logs that it is still
-/// waiting (it keeps waiting: letting the newer set apply first is what fencing forbids).
+/// waiting, and the fence refuses new Hellos `Busy` (it keeps waiting: letting the newer set
+/// apply first is what fencing forbids).
 const MOVE_WAIT_LOG: Duration = Duration::from_secs(10);
 
 impl ConnFence {
+    /// The connection is trusted (authenticated, or established from a reserved port): it
+    /// takes its fence now, made if there is none, so that the fence cannot go while the
+    /// connection may still send a request.
+    pub fn join(&mut self) {
+        let _ = self.gate();
+    }
+
     /// This connection's gate, made at its first use; `None` for session 0.
     fn gate(&mut self) -> Option<Arc<Gate>> {
         if self.session == 0 {
@@ -299,10 +322,53 @@ impl ConnFence {
         };
         let mut moved = false;
         let mut st = gate.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let me = self.id;
+        // Tickets of other connections from before the fence's last move. This connection's
+        // own are not waited for: only this thread can take their completions, and they can
+        // only be reads of a superseded set (its writes from before any earlier move were
+        // waited for by that move), which cannot land old data.
+        let others_older = |st: &GateState| {
+            st.applying
+                .range(..st.generation)
+                .any(|(_, by_conn)| by_conn.keys().any(|&c| c != me))
+        };
+        let mut waited = Duration::ZERO;
+        let end_wait = |st: &mut GateState, waited: Duration| {
+            if !waited.is_zero() {
+                st.stuck -= 1;
+            }
+        };
         loop {
             match st.fence.check(self.session, self.epoch) {
-                Verdict::Fenced if modifies => return Err(Fenced { moved }),
+                Verdict::Fenced if modifies => {
+                    end_wait(&mut st, waited);
+                    return Err(Fenced { moved });
+                }
+                // The current set, whose requests apply once no older set's is still applying:
+                // the connection that moved the fence waits for them, and so does every other
+                // connection of its set, which finds the fence at its own set already.
+                Verdict::Apply if others_older(&st) => {
+                    st.movers += 1;
+                    let (g, t) = gate
+                        .drained
+                        .wait_timeout(st, MOVE_WAIT_LOG)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    st = g;
+                    st.movers -= 1;
+                    if t.timed_out() {
+                        if waited.is_zero() {
+                            st.stuck += 1;
+                        }
+                        waited += MOVE_WAIT_LOG;
+                        log::warn!(
+                            "fence {} {}: session {} epoch {} still waits for an older set's requests after {} s; new connections are refused Busy meanwhile",
+                            self.ip, self.export, self.session, self.epoch, waited.as_secs()
+                        );
+                    }
+                    // Check again: an even newer set may have moved it meanwhile.
+                }
                 Verdict::Apply | Verdict::Fenced => {
+                    end_wait(&mut st, waited);
                     // Applied under the current generation: a later move waits for it. A
                     // superseded set may still read, flush or ping: none of these changes the
                     // export, so none can land an old write over a newer one; the client has
@@ -327,36 +393,9 @@ impl ConnFence {
                     moved |= st.fence.current() != before;
                     // A newer set: whoever closed before is not the fence's session any more.
                     st.closed = false;
+                    // From now on an older set's modifying request is `Fenced`, and the new
+                    // set's wait (above) for every request begun before the move.
                     st.generation += 1;
-                    let newest = st.generation;
-                    // Every request that began before the move must finish first, except this
-                    // connection's own: only this thread can take their completions, and they
-                    // can only be reads of a superseded set (its writes from before any earlier
-                    // move were waited for by that move), which cannot land old data.
-                    let me = self.id;
-                    let others_older = |st: &GateState| {
-                        st.applying
-                            .range(..newest)
-                            .any(|(_, by_conn)| by_conn.keys().any(|&c| c != me))
-                    };
-                    let mut waited = Duration::ZERO;
-                    st.movers += 1;
-                    while others_older(&st) {
-                        let (g, t) = gate
-                            .drained
-                            .wait_timeout(st, MOVE_WAIT_LOG)
-                            .unwrap_or_else(PoisonError::into_inner);
-                        st = g;
-                        if t.timed_out() {
-                            waited += MOVE_WAIT_LOG;
-                            log::warn!(
-                                "fence {} {}: moving to session {} epoch {} still waits for an older set's requests after {} s",
-                                self.ip, self.export, self.session, self.epoch, waited.as_secs()
-                            );
-                        }
-                    }
-                    st.movers -= 1;
-                    // Check again: an even newer set may have moved it meanwhile.
                 }
             }
         }
@@ -432,8 +471,7 @@ mod tests {
         session: u32,
         epoch: u32,
     ) -> Result<ConnFence, Refusal> {
-        t.admit(ip, export, session, epoch, false)?;
-        Ok(t.conn(ip, Arc::from(export), session, epoch))
+        t.admit(ip, Arc::from(export), session, epoch, false)
     }
 
     #[test]
@@ -524,6 +562,98 @@ mod tests {
 
     /// A closed fence goes once nothing uses it; one nobody closed stays, and keeps every
     /// session it superseded out; a superseded session cannot close the newer one's fence.
+    #[test]
+    fn every_connection_of_the_new_set_waits_for_the_older_sets_requests() {
+        // The reconnect's first request moves the fence on one queue; its other queues find
+        // the fence at their own set already, and must wait all the same.
+        let t = FenceTable::new(16);
+        let mut old = attach(&t, IP, "a", 1, 1).unwrap();
+        let old_write = old.begin(true).unwrap();
+        let mut q1 = attach(&t, IP, "a", 1, 2).unwrap();
+        let mut q2 = attach(&t, IP, "a", 1, 2).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx2 = tx.clone();
+        thread::spawn(move || {
+            let r = q1.begin(false).map(|t| t.moved);
+            tx.send(("q1", r.is_ok())).unwrap();
+        });
+        thread::sleep(std::time::Duration::from_millis(200));
+        thread::spawn(move || {
+            let r = q2.begin(true);
+            tx2.send(("q2", r.is_ok())).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(500))
+                .is_err(),
+            "no request of the new set may begin while the old write applies"
+        );
+        drop(old_write);
+        let mut got = [
+            rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap(),
+            rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap(),
+        ];
+        got.sort();
+        assert_eq!(got, [("q1", true), ("q2", true)]);
+    }
+
+    #[test]
+    fn a_closed_fence_stays_while_a_connection_admitted_under_it_lives() {
+        // The old mapping's set 3 is attached, its first write still on the way; its set 4
+        // writes and closes. A new mapping that took session 1 again after the fence went
+        // would be overwritten by that late write, then fenced by it.
+        let t = FenceTable::new(16);
+        let mut s3 = attach(&t, IP, "a", 1, 3).unwrap();
+        s3.join();
+        let mut s4 = attach(&t, IP, "a", 1, 4).unwrap();
+        assert!(s4.run(true, || ()).applied.is_some());
+        let tk = s4.begin(false).unwrap();
+        assert!(s4.close().is_ok());
+        drop(tk);
+        drop(s4);
+        assert_eq!(t.len(), 1, "set 3's connection still holds the fence");
+        assert!(
+            matches!(
+                t.admit(IP, Arc::from("a"), 1, 1, true),
+                Err(Refusal::Stale { .. })
+            ),
+            "a new mapping goes above the session"
+        );
+        assert_eq!(s3.run(true, || ()).applied, None, "set 3 is superseded");
+        drop(s3);
+        assert_eq!(t.len(), 0, "closed and unused: gone");
+        // And admission alone, before any request or trust, holds an existing fence too.
+        let mut a = attach(&t, IP, "a", 2, 1).unwrap();
+        a.run(true, || ());
+        let late = attach(&t, IP, "a", 2, 2).unwrap();
+        let tk = a.begin(false).unwrap();
+        assert!(a.close().is_ok());
+        drop(tk);
+        drop(a);
+        assert_eq!(t.len(), 1, "a connection admitted under the fence holds it");
+        drop(late);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn a_move_stuck_behind_an_older_set_refuses_new_hellos_busy() {
+        let t = FenceTable::new(16);
+        let mut old = attach(&t, IP, "a", 1, 1).unwrap();
+        let stuck = old.begin(true).unwrap();
+        let mut new = attach(&t, IP, "a", 2, 1).unwrap();
+        let h = thread::spawn(move || new.begin(true).map(|t| t.moved));
+        thread::sleep(MOVE_WAIT_LOG + std::time::Duration::from_millis(500));
+        assert_eq!(
+            t.admit(IP, Arc::from("a"), 2, 2, false).err(),
+            Some(Refusal::Stuck)
+        );
+        drop(stuck);
+        assert_eq!(h.join().unwrap(), Ok(true));
+        assert!(
+            t.admit(IP, Arc::from("a"), 2, 2, false).is_ok(),
+            "no longer stuck"
+        );
+    }
+
     #[test]
     fn closed_fences_go_and_unclosed_ones_stay() {
         let t = FenceTable::new(4);

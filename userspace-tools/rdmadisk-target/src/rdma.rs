@@ -518,6 +518,7 @@ fn setup(
         last_rx: Instant::now(),
         broken: None,
         hostile_reset: false,
+        keyed: challenge.is_some(),
         auth: challenge,
         auth_deadline: Instant::now() + t.limits.hello_timeout,
         denied: None,
@@ -613,6 +614,9 @@ struct Conn {
     auth_deadline: Instant,
     /// The spare buffer carrying a Denied answer: the connection goes once it is sent.
     denied: Option<usize>,
+    /// The connection must authenticate (it is trusted once it has); otherwise it is
+    /// trusted once it is up.
+    keyed: bool,
     /// Something came from the client: the connection is up, whatever rdma_cm has said yet.
     heard: bool,
     shared: Arc<Shared>,
@@ -671,6 +675,13 @@ impl Conn {
             if !up && now > self.auth_deadline {
                 Stats::inc(&t.stats.half_open_closes);
                 break Some("never established within the Hello deadline".to_string());
+            }
+            // With no key, a connection from a reserved port is trusted once it is up: it
+            // takes its hold and its fence before its first request can come.
+            if up && !self.keyed {
+                if let Err(why) = self.core.confirm() {
+                    break Some(why.to_string());
+                }
             }
             if self.auth.is_some() && now > self.auth_deadline {
                 Stats::inc(&t.stats.hello_timeouts);

@@ -292,7 +292,18 @@ fn connection(
         auth_deadline: deadline,
         stalled_since: None,
     };
-    match c.run() {
+    // With no key, the client (from a reserved port) is trusted at once: the connection is
+    // up, and it takes its hold and its fence before its first request.
+    let confirmed = if c.auth.is_none() {
+        c.core.confirm()
+    } else {
+        Ok(())
+    };
+    let end = match confirmed {
+        Ok(()) => c.run(),
+        Err(why) => End::Reset(why.to_string()),
+    };
+    match end {
         End::Closed => log::info!("tcp {peer}: closed"),
         End::Ended(why) => log::info!("tcp {peer}: {why}; closing this connection"),
         End::Reset(why) => {

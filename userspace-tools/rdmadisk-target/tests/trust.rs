@@ -334,3 +334,39 @@ fn a_closed_session_leaves_no_fence() {
     let (resp, _) = d.call(&bad, &[], &mut [0u8; 16]).unwrap();
     assert_eq!(resp.status, Status::Invalid);
 }
+
+/// A connection holds its session's fence from the moment it is trusted (for an export
+/// without a key: connected from a reserved port), before its first request: a Close on
+/// another connection of the session does not let the fence go while it may still write,
+/// and a new mapping goes above the session meanwhile.
+#[test]
+fn a_trusted_connection_holds_the_fence_before_its_first_request() {
+    let t = Target::start(&["--no-exclusive", "rw"]);
+    // Attached before there is any fence, and nothing sent yet.
+    let mut quiet = t.connect_with(&session(3, 1));
+    let mut a = t.connect_with(&session(3, 1));
+    assert_eq!(write(&mut a, 1, 0, &pattern(1, 4096)), Status::Ok);
+    assert_eq!(simple(&mut a, Opcode::Close, 2, 0, 0), Status::Ok);
+    drop(a);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        t.counter("fences"),
+        1,
+        "the quiet connection still holds it"
+    );
+    let mut fresh = t.connect_with(&ConnectOptions {
+        new_session: true,
+        ..session(3, 1)
+    });
+    assert_eq!(
+        fresh.session(),
+        4,
+        "a new mapping goes above the closed session"
+    );
+    assert_eq!(write(&mut fresh, 1, 0, &pattern(3, 4096)), Status::Ok);
+    drop(fresh);
+    // The quiet connection's write is that of a superseded session now.
+    assert_eq!(write(&mut quiet, 1, 0, &pattern(2, 4096)), Status::Fenced);
+    drop(quiet);
+    assert!(fences_become(&t, 1), "session 4 did not close");
+}
