@@ -244,20 +244,23 @@ _Static_assert(offsetof(struct rdmadisk_auth, reserved) == RDMADISK_AUTH_OFF_RES
 #define RDMADISK_AUTH_REPLY_OFF_STATUS           4
 #define RDMADISK_AUTH_REPLY_OFF_CREDITS          6
 #define RDMADISK_AUTH_REPLY_OFF_PROOF            8
-#define RDMADISK_AUTH_REPLY_OFF_RESERVED         40
+#define RDMADISK_AUTH_REPLY_OFF_SESSION_FLOOR    40
+#define RDMADISK_AUTH_REPLY_OFF_RESERVED         44
 
 struct rdmadisk_auth_reply {
 	__le32 tag;
 	__le16 status;
 	__le16 credits;
 	__u8 proof[32];
-	__u8 reserved[24];
+	__le32 session_floor;
+	__u8 reserved[20];
 };
 _Static_assert(sizeof(struct rdmadisk_auth_reply) == RDMADISK_AUTH_REPLY_LEN, "rdmadisk_auth_reply size");
 _Static_assert(offsetof(struct rdmadisk_auth_reply, tag) == RDMADISK_AUTH_REPLY_OFF_TAG, "rdmadisk_auth_reply.tag");
 _Static_assert(offsetof(struct rdmadisk_auth_reply, status) == RDMADISK_AUTH_REPLY_OFF_STATUS, "rdmadisk_auth_reply.status");
 _Static_assert(offsetof(struct rdmadisk_auth_reply, credits) == RDMADISK_AUTH_REPLY_OFF_CREDITS, "rdmadisk_auth_reply.credits");
 _Static_assert(offsetof(struct rdmadisk_auth_reply, proof) == RDMADISK_AUTH_REPLY_OFF_PROOF, "rdmadisk_auth_reply.proof");
+_Static_assert(offsetof(struct rdmadisk_auth_reply, session_floor) == RDMADISK_AUTH_REPLY_OFF_SESSION_FLOOR, "rdmadisk_auth_reply.session_floor");
 _Static_assert(offsetof(struct rdmadisk_auth_reply, reserved) == RDMADISK_AUTH_REPLY_OFF_RESERVED, "rdmadisk_auth_reply.reserved");
 
 #define RDMADISK_RESPONSE_LEN                    32

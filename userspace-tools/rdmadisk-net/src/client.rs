@@ -185,6 +185,7 @@ impl Proving {
             auth::ClientAuthError::TargetUnproven => ConnectError::Denied(
                 "the target did not prove the key: a wrong target key, or not the target",
             ),
+            auth::ClientAuthError::Fenced { floor } => ConnectError::Stale(floor),
         })
     }
 }
@@ -306,6 +307,13 @@ impl TcpClient {
         framing::write_hello(&mut c.stream, &hello)?;
         let r = match framing::read_frame(&mut c.stream, 0) {
             Ok(Frame::HelloReply(r)) if r.status == HelloStatus::Ok => r,
+            // A target with a key refuses a session only after both proofs (AuthReply
+            // `Fenced`): a client with a key believes no other.
+            Ok(Frame::HelloReply(r)) if r.status == HelloStatus::Stale && opts.secret.is_some() => {
+                return Err(ConnectError::Protocol(
+                    "the target answered Stale before authenticating: not believed from a target that must prove its key".into(),
+                ))
+            }
             Ok(Frame::HelloReply(r)) if r.status == HelloStatus::Stale => {
                 return Err(ConnectError::Stale(r.session_floor))
             }

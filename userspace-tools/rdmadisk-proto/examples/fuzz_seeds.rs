@@ -69,8 +69,15 @@ fn main() {
         status: Status::Ok,
         credits: 1,
         proof: [0xa5; 32],
+        session_floor: 0,
     };
     write(&dir, "auth", "authreply", &auth_reply.to_bytes());
+    let fenced = AuthReply {
+        status: Status::Fenced,
+        session_floor: 7,
+        ..auth_reply
+    };
+    write(&dir, "auth", "authreply-fenced", &fenced.to_bytes());
     write(
         &dir,
         "hello_reply",

@@ -196,6 +196,9 @@ impl HmacSha256 {
 pub enum Side {
     Client,
     Target,
+    /// The target refusing the connection's session (`Fenced`): the key of
+    /// [`fenced_proof`].
+    TargetFenced,
 }
 
 impl Side {
@@ -203,6 +206,7 @@ impl Side {
         match self {
             Side::Client => b"client\0",
             Side::Target => b"target\0",
+            Side::TargetFenced => b"target fenced\0",
         }
     }
 }
@@ -279,6 +283,15 @@ pub fn proof(key: &[u8], side: Side, t: &Transcript) -> [u8; MAC_LEN] {
     m.finish()
 }
 
+/// The target's proof of a `Fenced` answer naming `floor`, with `fenced_key` =
+/// `proof(target key, Side::TargetFenced, t)`: a client checks it holding that derived key,
+/// not the target's key, and the floor cannot be changed on the way.
+pub fn fenced_proof(fenced_key: &[u8; MAC_LEN], floor: u32) -> [u8; MAC_LEN] {
+    let mut m = HmacSha256::new(fenced_key);
+    m.update(&floor.to_be_bytes());
+    m.finish()
+}
+
 /// Why a client's authentication failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientAuthError {
@@ -289,6 +302,10 @@ pub enum ClientAuthError {
     /// The target accepted, but its own proof is wrong: it does not hold the key we expect
     /// (a wrong target key configured on either side), or it is not the target.
     TargetUnproven,
+    /// The target proved its key and refused the session: its fence for this client and
+    /// export is at session `floor` (a newer mapping has superseded this one, or, for a new
+    /// mapping, an earlier one went that far).
+    Fenced { floor: u32 },
 }
 
 impl core::fmt::Display for ClientAuthError {
@@ -298,6 +315,12 @@ impl core::fmt::Display for ClientAuthError {
             ClientAuthError::Denied => "the target refused our key",
             ClientAuthError::TargetUnproven => {
                 "the target did not prove the key we expect: a wrong target key, or not the target"
+            }
+            ClientAuthError::Fenced { floor } => {
+                return write!(
+                    f,
+                    "the target refused the session: its fence is at session {floor}"
+                )
             }
         })
     }
@@ -309,6 +332,8 @@ impl core::fmt::Display for ClientAuthError {
 pub struct ClientProof {
     pub request: super::wire::AuthRequest,
     expected: [u8; MAC_LEN],
+    /// The key of the target's proof of a `Fenced` answer ([`fenced_proof`]).
+    fenced_key: [u8; MAC_LEN],
 }
 
 impl ClientProof {
@@ -323,21 +348,29 @@ impl ClientProof {
                 proof: proof(key, Side::Client, t),
             },
             expected: proof(target_key, Side::Target, t),
+            fenced_key: proof(target_key, Side::TargetFenced, t),
         }
     }
 
-    /// Checks the target's answer: it accepted our proof and proved its own key.
+    /// Checks the target's answer: it accepted our proof and proved its own key; or it
+    /// proved its key and refused the session (`Fenced`, believed only then).
     pub fn check(&self, r: &super::wire::AuthReply) -> Result<(), ClientAuthError> {
+        use super::wire::Status;
         if r.tag != self.request.tag {
             return Err(ClientAuthError::WrongTag);
         }
-        if r.status != super::wire::Status::Ok {
-            return Err(ClientAuthError::Denied);
+        match r.status {
+            Status::Ok if proofs_equal(&r.proof, &self.expected) => Ok(()),
+            Status::Fenced
+                if proofs_equal(&r.proof, &fenced_proof(&self.fenced_key, r.session_floor)) =>
+            {
+                Err(ClientAuthError::Fenced {
+                    floor: r.session_floor,
+                })
+            }
+            Status::Ok | Status::Fenced => Err(ClientAuthError::TargetUnproven),
+            _ => Err(ClientAuthError::Denied),
         }
-        if !proofs_equal(&r.proof, &self.expected) {
-            return Err(ClientAuthError::TargetUnproven);
-        }
-        Ok(())
     }
 }
 
@@ -645,8 +678,17 @@ mod tests {
             status: Status::Ok,
             credits: 1,
             proof: proof(&tk, Side::Target, &t),
+            session_floor: 0,
         };
         assert_eq!(c.check(&good), Ok(()));
+        let fenced_key = proof(&tk, Side::TargetFenced, &t);
+        let fenced = AuthReply {
+            status: Status::Fenced,
+            proof: fenced_proof(&fenced_key, 41),
+            session_floor: 41,
+            ..good
+        };
+        assert_eq!(c.check(&fenced), Err(ClientAuthError::Fenced { floor: 41 }));
         for (bad, why) in [
             (AuthReply { tag: 6, ..good }, ClientAuthError::WrongTag),
             (
@@ -667,6 +709,29 @@ mod tests {
                 AuthReply {
                     // Our own proof reflected back is not the target's.
                     proof: c.request.proof,
+                    ..good
+                },
+                ClientAuthError::TargetUnproven,
+            ),
+            (
+                // A refusal of the session from anyone without the target's key, or with
+                // its floor changed on the way, is not believed.
+                AuthReply {
+                    proof: fenced_proof(&proof(&k, Side::TargetFenced, &t), 41),
+                    ..fenced
+                },
+                ClientAuthError::TargetUnproven,
+            ),
+            (
+                AuthReply {
+                    session_floor: u32::MAX - 1,
+                    ..fenced
+                },
+                ClientAuthError::TargetUnproven,
+            ),
+            (
+                AuthReply {
+                    status: Status::Fenced,
                     ..good
                 },
                 ClientAuthError::TargetUnproven,

@@ -293,6 +293,7 @@ pub(crate) fn render() -> String {
             ("status", ar::STATUS, "__le16"),
             ("credits", ar::CREDITS, "__le16"),
             ("proof", ar::PROOF, "__u8[32]"),
+            ("session_floor", ar::SESSION_FLOOR, "__le32"),
             ("reserved", ar::RESERVED, &auth_reply_reserved),
         ],
     );

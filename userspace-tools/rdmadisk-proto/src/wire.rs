@@ -168,14 +168,16 @@ pub mod auth_off {
 pub mod auth_reply_off {
     /// `u32` tag of the [`super::AuthRequest`] answered.
     pub const TAG: usize = 0;
-    /// `u16` [`super::Status`]: `Ok` or `Denied`.
+    /// `u16` [`super::Status`]: `Ok`, `Denied`, or `Fenced` (the session is superseded).
     pub const STATUS: usize = 4;
     /// `u16` request credits the target grants the client.
     pub const CREDITS: usize = 6;
     /// 32 bytes: the target's proof (zero when denied).
     pub const PROOF: usize = 8;
+    /// `u32`: with `Fenced`, the session the target's fence is at (0 otherwise).
+    pub const SESSION_FLOOR: usize = 40;
     /// Reserved, zero, up to [`super::AUTH_REPLY_LEN`].
-    pub const RESERVED: usize = 40;
+    pub const RESERVED: usize = 44;
 }
 
 /// Field offsets of [`Response`].
@@ -219,7 +221,8 @@ const _: () = assert!(hello_reply_off::RESERVED1 + 4 == HELLO_REPLY_LEN);
 const _: () = assert!(auth_off::NONCE + CHALLENGE_LEN == auth_off::PROOF);
 const _: () = assert!(auth_off::PROOF + 32 == auth_off::RESERVED);
 const _: () = assert!(auth_off::RESERVED < AUTH_REQUEST_LEN);
-const _: () = assert!(auth_reply_off::PROOF + 32 == auth_reply_off::RESERVED);
+const _: () = assert!(auth_reply_off::PROOF + 32 == auth_reply_off::SESSION_FLOOR);
+const _: () = assert!(auth_reply_off::SESSION_FLOOR + 4 == auth_reply_off::RESERVED);
 const _: () = assert!(auth_reply_off::RESERVED < AUTH_REPLY_LEN);
 const _: () = assert!(HELLO_REPLY_LEN <= 148);
 const _: () = assert!(hello_reply_off::CAPACITY_SECTORS % 8 == 0);
@@ -1007,18 +1010,24 @@ impl AuthRequest {
     }
 }
 
-/// The target's answer to an [`AuthRequest`]: its status and, when `Ok`, the
-/// target's own proof, which the client checks before it sends anything else.
+/// The target's answer to an [`AuthRequest`]: its status and, when `Ok` or `Fenced`,
+/// the target's own proof, which the client checks before it sends anything else (or
+/// believes the `Fenced`: a target with a key refuses a superseded session only here,
+/// after both proofs, so that nobody without the key can tell a client it is superseded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthReply {
     /// The [`AuthRequest::tag`] answered.
     pub tag: u32,
-    /// `Ok`, or `Denied` (the client's proof is wrong).
+    /// `Ok`; `Denied` (the client's proof is wrong); or `Fenced`: the Hello's session is
+    /// not admitted (as a Hello refused `Stale`), the fence is at `session_floor`.
     pub status: Status,
     /// Request credits the target grants the client.
     pub credits: u16,
-    /// `auth::proof` of the target's side; zero when denied.
+    /// The target's proof: `auth::proof` of its side when `Ok`, `auth::fenced_proof` when
+    /// `Fenced`; zero when denied.
     pub proof: [u8; 32],
+    /// With `Fenced`: the session the target's fence is at.
+    pub session_floor: u32,
 }
 
 impl AuthReply {
@@ -1030,6 +1039,7 @@ impl AuthReply {
         put_u16::<{ auth_reply_off::STATUS }, N>(out, self.status as u16);
         put_u16::<{ auth_reply_off::CREDITS }, N>(out, self.credits);
         put::<{ auth_reply_off::PROOF }, 32, N>(out, self.proof);
+        put_u32::<{ auth_reply_off::SESSION_FLOOR }, N>(out, self.session_floor);
     }
 
     /// Returns the encoded message.
@@ -1048,6 +1058,7 @@ impl AuthReply {
             status: Status::try_from(get_u16::<{ auth_reply_off::STATUS }, N>(b))?,
             credits: get_u16::<{ auth_reply_off::CREDITS }, N>(b),
             proof: get::<{ auth_reply_off::PROOF }, 32, N>(b),
+            session_floor: get_u32::<{ auth_reply_off::SESSION_FLOOR }, N>(b),
         })
     }
 }
@@ -1527,13 +1538,15 @@ mod tests {
             status: Status::Denied,
             credits: 3,
             proof: [0xa5; 32],
+            session_floor: 0x0d0c_0b0a,
         };
         let b = r.to_bytes();
         assert_eq!(&b[0..4], &[3, 4, 5, 6]);
         assert_eq!(&b[4..6], &[8, 0]);
         assert_eq!(&b[6..8], &[3, 0]);
         assert_eq!(&b[8..40], &[0xa5; 32]);
-        assert_eq!(&b[40..], &[0; 24]);
+        assert_eq!(&b[40..44], &[0x0a, 0x0b, 0x0c, 0x0d]);
+        assert_eq!(&b[44..], &[0; 20]);
         assert_eq!(AuthReply::decode(&b), Ok(r));
         assert_eq!(AuthReply::decode(&b[..63]), Err(DecodeError::Short));
         let mut bad = b;
@@ -1829,9 +1842,10 @@ mod tests {
 
         #[test]
         fn client_messages_round_trip(credits in any::<u16>(), tag in any::<u32>(), proof in any::<[u8; 32]>(),
-                                      nonce in any::<[u8; CHALLENGE_LEN]>(), opcode in arb_opcode(), sector in any::<u64>()) {
+                                      nonce in any::<[u8; CHALLENGE_LEN]>(), opcode in arb_opcode(), sector in any::<u64>(),
+                                      session_floor in any::<u32>()) {
             let a = AuthRequest { credits, tag, nonce, proof };
-            let reply = AuthReply { tag, status: Status::Ok, credits, proof };
+            let reply = AuthReply { tag, status: Status::Fenced, credits, proof, session_floor };
             prop_assert_eq!(AuthReply::decode(&reply.to_bytes()), Ok(reply));
             prop_assert_eq!(ClientMsg::decode(&a.to_bytes()), Ok(ClientMsg::Auth(a)));
             let r = Request { opcode, flags: 0, credits, tag, sector, length: 0, data_crc: 0, buf: RemoteBuf::default() };

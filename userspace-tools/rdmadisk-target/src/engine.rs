@@ -132,30 +132,42 @@ pub struct Challenge {
     hello: Hello,
     client: Endpoint,
     target: Endpoint,
+    /// The Hello's session is not admitted (the fence is at this session): the answer to a
+    /// good proof is `Fenced`, proved, and the connection goes. A target with a key says
+    /// `Stale` only this way, so that nobody without the key can tell a client it has been
+    /// superseded (docs/design.md, "Access control").
+    fenced: Option<u32>,
 }
 
 impl Challenge {
-    /// Checks `a`'s proof; on success, the reply carrying the target's own proof, else the
-    /// Denied one (counted).
+    /// Checks `a`'s proof; on success, the reply carrying the target's own proof (true: the
+    /// connection serves from now on), or the proved `Fenced` one (false); else the Denied
+    /// one (counted; false).
     pub fn answer(&self, t: &Target, a: &AuthRequest) -> (bool, AuthReply) {
         let tr = Transcript::new(&self.hello, self.nonce, a.nonce, self.client, self.target);
         let want = auth::proof(self.keys.client.as_bytes(), Side::Client, &tr);
         let ok = auth::proofs_equal(&want, &a.proof);
+        let mut reply = AuthReply {
+            tag: a.tag,
+            status: Status::Denied,
+            credits: 1,
+            proof: [0; auth::MAC_LEN],
+            session_floor: 0,
+        };
         if !ok {
             Stats::inc(&t.stats.auth_failures);
+            return (false, reply);
         }
-        let proof = if ok {
-            auth::proof(self.keys.target.as_bytes(), Side::Target, &tr)
-        } else {
-            [0; auth::MAC_LEN]
-        };
-        let reply = AuthReply {
-            tag: a.tag,
-            status: if ok { Status::Ok } else { Status::Denied },
-            credits: 1,
-            proof,
-        };
-        (ok, reply)
+        if let Some(floor) = self.fenced {
+            let key = auth::proof(self.keys.target.as_bytes(), Side::TargetFenced, &tr);
+            reply.status = Status::Fenced;
+            reply.proof = auth::fenced_proof(&key, floor);
+            reply.session_floor = floor;
+            return (false, reply);
+        }
+        reply.status = Status::Ok;
+        reply.proof = auth::proof(self.keys.target.as_bytes(), Side::Target, &tr);
+        (true, reply)
     }
 }
 
@@ -481,11 +493,11 @@ impl Target {
             (0, 0)
         };
         let new = hello.flags & hello_flags::NEW_SESSION != 0;
-        let fence = match self
+        let (fence, fenced) = match self
             .fences
             .admit(ip, export.name_arc(), session, epoch, new)
         {
-            Ok(f) => f,
+            Ok(f) => (f, None),
             Err(Refusal::Full) => {
                 Stats::inc(&self.stats.fence_table_full);
                 return Err(Refused::new(
@@ -496,13 +508,23 @@ impl Target {
             Err(Refusal::Stale { current }) => {
                 Stats::inc(&self.stats.stale_hellos);
                 let (cs, ce) = current.unwrap_or((0, 0));
-                return Err(Refused {
-                    status: HelloStatus::Stale,
-                    floor: cs,
-                    why: format!(
-                        "stale hello: session {session} epoch {epoch}, but the fence is at session {cs} epoch {ce}"
-                    ),
-                });
+                let why = format!(
+                    "stale hello: session {session} epoch {epoch}, but the fence is at session {cs} epoch {ce}"
+                );
+                if keys.is_none() {
+                    return Err(Refused {
+                        status: HelloStatus::Stale,
+                        floor: cs,
+                        why,
+                    });
+                }
+                // With a key, the refusal waits for both proofs (`Challenge::fenced`); the
+                // connection serves nothing, holds nothing and moves no fence meanwhile.
+                log::warn!(
+                    "{}: {why}; refusing it after the authentication",
+                    peer.map_or("?".into(), |p| p.to_string())
+                );
+                (self.fences.unfenced(ip, export.name_arc()), Some(cs))
             }
             Err(Refusal::Stuck) => {
                 return Err(Refused::new(
@@ -517,11 +539,12 @@ impl Target {
             hello: *hello,
             client: peer.map(endpoint).unwrap_or_default(),
             target: local.map(endpoint).unwrap_or_default(),
+            fenced,
         });
         Ok(Attached {
             export,
             fence,
-            writes,
+            writes: writes && fenced.is_none(),
             challenge,
         })
     }

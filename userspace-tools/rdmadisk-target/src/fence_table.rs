@@ -248,6 +248,11 @@ impl FenceTable {
         Ok(conn)
     }
 
+    /// The place of a connection outside any session (it moves no fence and is never fenced).
+    pub fn unfenced(self: &Arc<Self>, ip: IpAddr, export: Arc<str>) -> ConnFence {
+        self.conn(ip, export, 0, 0)
+    }
+
     /// A connection's place for `session`/`epoch` from `ip` on `export`, with no fence yet (see
     /// [`FenceTable::admit`]).
     fn conn(self: &Arc<Self>, ip: IpAddr, export: Arc<str>, session: u32, epoch: u32) -> ConnFence {

@@ -1047,14 +1047,22 @@ impl Conn {
         }
         if ok {
             log::info!("rdma: {}: authenticated", self.peer);
+            return;
+        }
+        if reply.status == Status::Fenced {
+            log::info!(
+                "rdma: {}: authenticated, and refused: superseded session (the fence is at session {})",
+                self.peer,
+                reply.session_floor
+            );
         } else {
             log::warn!(
                 "rdma: {}: authentication failed for export {}: wrong proof",
                 self.peer,
                 self.core.export.name
             );
-            self.denied = Some(k);
         }
+        self.denied = Some(k);
     }
 
     /// Whether `n` more bytes of RDMA data may go on the wire now; one transfer always may,

@@ -748,6 +748,13 @@ impl Conn {
             log::info!("tcp {}: authenticated", self.peer);
             return Ok(true);
         }
+        if reply.status == rdmadisk_proto::wire::Status::Fenced {
+            self.closing = Some(format!(
+                "authenticated, and refused: superseded session (the fence is at session {})",
+                reply.session_floor
+            ));
+            return Ok(false);
+        }
         log::warn!(
             "tcp {}: authentication failed for export {}: wrong proof",
             self.peer,

@@ -370,3 +370,86 @@ fn a_trusted_connection_holds_the_fence_before_its_first_request() {
     drop(quiet);
     assert!(fences_become(&t, 1), "session 4 did not close");
 }
+
+/// With a key, the target says a session is superseded only after both proofs, in an answer
+/// proved with its key (AuthReply `Fenced`, the floor covered): a HelloReply `Stale` could
+/// come from anyone on the path, and a client with a key believes none.
+#[test]
+fn with_a_key_only_a_proved_answer_says_superseded() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key_file(dir.path(), "rw.key", KEY);
+    let t = Target::start(&["--secret-file", &format!("rw={k}")]);
+    let mut a = t.connect_with(&keyed(5, Some(KEY), None));
+    assert_eq!(write(&mut a, 1, 0, &pattern(1, 4096)), Status::Ok);
+
+    // Session 2 is below the fence: the Hello is answered Ok with a challenge, nothing said.
+    let opts = keyed(2, Some(KEY), None);
+    let hello = Hello {
+        flags: hello_flags::NEW_SESSION,
+        queue_id: 0,
+        queue_count: 1,
+        recv_credits: 8,
+        session_id: 2,
+        epoch: 0,
+        export: ExportName::new(b"rw").unwrap(),
+    };
+    let mut s = TcpStream::connect(t.addr).unwrap();
+    framing::write_hello(&mut s, &hello).unwrap();
+    let Ok(Frame::HelloReply(r)) = framing::read_frame(&mut s, 0) else {
+        panic!("no HelloReply")
+    };
+    assert_eq!(r.status, HelloStatus::Ok);
+    assert_eq!(r.session_floor, 0, "no floor told before the proofs");
+    let p = rdmadisk_net::client::Proving::new(
+        &opts,
+        &hello,
+        &r,
+        s.local_addr().unwrap(),
+        s.peer_addr().unwrap(),
+        1,
+        0,
+    )
+    .unwrap();
+    framing::write_auth(&mut s, p.request()).unwrap();
+    let Ok(Frame::AuthReply(ar)) = framing::read_frame(&mut s, 0) else {
+        panic!("no AuthReply")
+    };
+    assert_eq!(ar.status, Status::Fenced);
+    assert!(matches!(p.check(&ar), Err(ConnectError::Stale(5))));
+    drop(s);
+    // A wrong key learns nothing of the session: Denied.
+    let wrong = keyed(2, Some(OTHER), None);
+    assert!(matches!(
+        TcpClient::connect(t.addr, &wrong),
+        Err(ConnectError::Denied(_))
+    ));
+    // A new mapping goes above the floor, told by the proved answer.
+    let mut fresh = t.connect_with(&ConnectOptions {
+        new_session: true,
+        ..keyed(1, Some(KEY), None)
+    });
+    assert_eq!(fresh.session(), 6);
+    assert_eq!(write(&mut fresh, 1, 0, &pattern(2, 4096)), Status::Ok);
+    drop(t);
+
+    // Something on the path that answers Stale: not believed by a client with a key.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let _ = framing::read_frame(&mut c, 0);
+        let mut r = rdmadisk_proto::wire::HelloReply::rejected(HelloStatus::Stale);
+        r.session_floor = u32::MAX - 1;
+        framing::write_hello_reply(&mut c, &r).unwrap();
+    });
+    let opts = ConnectOptions {
+        new_session: true,
+        reserved_port: false,
+        ..keyed(1, Some(KEY), None)
+    };
+    match TcpClient::connect(addr, &opts) {
+        Err(ConnectError::Protocol(why)) => assert!(why.contains("not believed"), "{why}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    fake.join().unwrap();
+}

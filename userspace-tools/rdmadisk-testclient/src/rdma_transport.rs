@@ -231,6 +231,12 @@ impl Rdma {
             })?,
             CmEventKind::Rejected => {
                 return Err(match HelloReply::decode(ev.private_data()) {
+                    // A target with a key says Stale only after both proofs.
+                    Ok(r) if r.status == HelloStatus::Stale && o.secret.is_some() => {
+                        ConnectError::Protocol(
+                            "the target answered Stale before authenticating: not believed".into(),
+                        )
+                    }
                     Ok(r) if r.status == HelloStatus::Stale => ConnectError::Stale(r.session_floor),
                     Ok(r) => ConnectError::Refused(r.status),
                     Err(_) => ConnectError::Protocol(format!(
