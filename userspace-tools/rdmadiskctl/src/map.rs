@@ -141,18 +141,21 @@ impl MapRequest {
         Ok(line)
     }
 
-    /// The line as it may be shown: the keys replaced.
-    fn shown(&self, line: &str) -> String {
-        let mut out = line.to_owned();
-        for (k, s) in [
-            (Key::Secret, &self.secret),
-            (Key::TargetSecret, &self.target_secret),
-        ] {
-            if let Some(s) = s {
-                out = out.replace(&format!("{k}={}", &**s), &format!("{k}=<hidden>"));
-            }
+    /// The line as it may be shown: the keys replaced. Made from the options, not from the
+    /// line, so that no unwiped copy of a key is made on the way.
+    fn shown(&self) -> String {
+        let mut words: Vec<String> = self
+            .pairs()
+            .into_iter()
+            .map(|(k, v)| match k {
+                Key::Secret | Key::TargetSecret => format!("{k}=<hidden>"),
+                _ => format!("{k}={v}"),
+            })
+            .collect();
+        if self.ro {
+            words.push(Key::Ro.as_str().to_owned());
         }
-        out
+        words.join(" ")
     }
 
     fn value(&self, key: Key) -> Option<&str> {
@@ -209,7 +212,7 @@ pub fn rule(key: Key) -> String {
 pub fn map(sysfs: &Sysfs, req: &MapRequest) -> Result<String> {
     let line = req.line()?;
     sysfs.check_loaded()?;
-    sysfs::write(&sysfs.ctl_file("map_device"), &line, &req.shown(&line)).map_err(|e| {
+    sysfs::write(&sysfs.ctl_file("map_device"), &line, &req.shown()).map_err(|e| {
         e.with_hint(|n| {
             match n {
             errno::EACCES => Some(
@@ -292,7 +295,7 @@ mod tests {
              poll_queues=1 secret=00112233445566778899aabbccddeeff ro"
         );
         assert_eq!(
-            full.shown(&line),
+            full.shown(),
             "name=d1 addr=192.0.2.2 export=vol0 port=7700 tcp_port=7701 queues=2 \
              poll_queues=1 secret=<hidden> ro"
         );
