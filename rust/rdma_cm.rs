@@ -219,17 +219,33 @@ impl<H: CmHandler> CmId<H> {
         })
     }
 
-    /// The local and the remote address of the connection, each as a 16-byte IPv6 address
-    /// (IPv4 as IPv4-mapped), from its GIDs: on RoCE these are the IP addresses the route
-    /// was resolved with. All zero before [`CmEvent::AddrResolved`].
-    pub(crate) fn addresses(&self) -> ([u8; 16], [u8; 16]) {
-        let mut sgid = b::ib_gid::default();
-        let mut dgid = b::ib_gid::default();
-        // SAFETY: `id` is live; `rdma_read_gids` only reads the id's addresses and writes the
-        // two GIDs, which are valid for writes.
-        unsafe { b::rdma_read_gids(self.id.as_ptr(), &mut sgid, &mut dgid) };
-        // SAFETY: Every bit pattern of a GID's 16 bytes is a valid `raw` array.
-        unsafe { (sgid.raw, dgid.raw) }
+    /// The local and the remote IPv4 address and port of the connection, from the addresses
+    /// rdma_cm resolved it with (`route.addr`), whatever the link layer: a GID is the IP
+    /// address only on RoCE. The local port is the one bound, or the one rdma_cm picked while
+    /// resolving. `None` before [`CmEvent::AddrResolved`], or for an id that is not IPv4.
+    pub(crate) fn addresses(&self) -> Option<(([u8; 4], u16), ([u8; 4], u16))> {
+        // SAFETY: `id` is live. rdma_cm writes `route.addr` while it resolves the address and
+        // the route, which are done before a connection is asked for, and not after; each
+        // `sockaddr_storage` is copied as it is, any bytes being a valid one.
+        let (src, dst) = unsafe {
+            let a = ptr::addr_of!((*self.id.as_ptr()).route.addr);
+            (
+                ptr::read(ptr::addr_of!((*a).src_addr)),
+                ptr::read(ptr::addr_of!((*a).dst_addr)),
+            )
+        };
+        let v4 = |ss: &b::__kernel_sockaddr_storage| {
+            // SAFETY: A `sockaddr_storage` is larger than a `sockaddr_in` and aligned for it,
+            // and any bytes are a valid `sockaddr_in`.
+            let sin: b::sockaddr_in = unsafe { ptr::read(ptr::from_ref(ss).cast()) };
+            (u32::from(sin.sin_family) == b::AF_INET).then(|| {
+                (
+                    sin.sin_addr.s_addr.to_ne_bytes(),
+                    u16::from_be(sin.sin_port),
+                )
+            })
+        };
+        Some((v4(&src)?, v4(&dst)?))
     }
 
     /// Starts resolving `addr:port` (IPv4) to a local RDMA device and a destination;

@@ -7,11 +7,12 @@
 //! it: anyone who can answer a Hello could otherwise serve it.
 
 use core::fmt::Display;
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{bindings as kb, prelude::*};
 
 use crate::kapi::errno;
 use crate::kapi::random;
-use crate::proto::auth::{ClientProof, Endpoint, Secret, Transcript};
+use crate::proto::auth::{ClientAuthError, ClientProof, Endpoint, Secret, Transcript};
 use crate::proto::wire::{features, AuthReply, Hello, HelloReply, CHALLENGE_LEN};
 
 /// The keys a connection proves and expects: the host's (`secret=`), and the target's
@@ -84,10 +85,39 @@ pub(crate) fn prove(
 }
 
 /// Checks the target's answer to `proof`; `EACCES`, logged with `who`, if it refused our key
-/// or did not prove its own.
-pub(crate) fn check(who: impl Display, proof: &ClientProof, reply: &AuthReply) -> Result {
-    proof.check(reply).map_err(|e| {
-        pr_err!("{who}: authentication failed: {e}\n");
-        errno(kb::EACCES)
-    })
+/// or did not prove its own. `ESTALE` if it proved its key and refused the session (the one
+/// way a target with a key says so): its fence's session is stored in `floor`.
+pub(crate) fn check(
+    who: impl Display,
+    proof: &ClientProof,
+    reply: &AuthReply,
+    floor: Option<&AtomicU32>,
+) -> Result {
+    match proof.check(reply) {
+        Ok(()) => Ok(()),
+        Err(ClientAuthError::Fenced { floor: f }) => {
+            pr_warn!(
+                "{who}: authenticated, and REJECTED by the target: Stale (its fence is at session {f})\n"
+            );
+            if let Some(floor) = floor {
+                floor.store(f, Ordering::Relaxed);
+            }
+            Err(errno(kb::ESTALE))
+        }
+        Err(e) => {
+            pr_err!("{who}: authentication failed: {e}\n");
+            Err(errno(kb::EACCES))
+        }
+    }
+}
+
+/// A `Stale` refusal in a HelloReply, to a connection that proves a key: a target with a key
+/// says that only after both proofs ([`check`]), so this one may come from anyone who can
+/// answer a Hello, and is not believed. `EPROTO`, logged: the connection failed, the session
+/// stands.
+pub(crate) fn unproved_stale(who: impl Display, floor: u32) -> Error {
+    pr_err!(
+        "{who}: the target answered Stale (fence at session {floor}) before authenticating: not believed, a target with our key says that only after both proofs\n"
+    );
+    errno(kb::EPROTO)
 }

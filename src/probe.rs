@@ -209,6 +209,7 @@ pub(crate) fn one_shot(shot: &OneShot<'_>, verbose: bool) -> Result {
         poll: PollCtx::Workqueue,
         budget_ms,
         floor: None,
+        keyed: shot.keys.is_some(),
     };
     // The answers' receives (the authentication's, the request's) are posted before
     // connecting: the Hello grants them to the target.
@@ -285,7 +286,7 @@ fn authenticate(
         pr_err!("probe {peer}: the answer to the authentication is not one ({e:?})\n");
         errno(kb::EPROTO)
     })?;
-    authn::check(peer, &proof, &answer)
+    authn::check(peer, &proof, &answer, None)
 }
 
 /// Sends one data-less request (`op`: a NOP, or a Close) and checks it is answered Ok.
@@ -414,7 +415,16 @@ fn exchange(
             );
             return Err(EIO);
         }
-        Outcome::Event(ev) => return Err(fail("probe", peer, "waiting for a response", &ev, None)),
+        Outcome::Event(ev) => {
+            return Err(fail(
+                "probe",
+                peer,
+                "waiting for a response",
+                &ev,
+                None,
+                false,
+            ))
+        }
     };
     if !wc.is_ok() {
         pr_err!(

@@ -160,13 +160,15 @@ impl<W: Watcher> CmHandler for ConnEvents<W> {
 
 /// Logs an event that ended a set-up step and turns it into an errno. A refusal `Stale` (the
 /// target's fence is past this session) is `ESTALE`, with the fence's session stored in
-/// `floor`.
+/// `floor`; unless the connection proves a key (`keyed`): a target with one says `Stale` only
+/// after both proofs (`authn::check`).
 pub(crate) fn fail(
     who: &str,
     peer: Peer,
     step: &str,
     ev: &CmEvent,
     floor: Option<&AtomicU32>,
+    keyed: bool,
 ) -> Error {
     let status_or = |s: i32, dflt: Error| {
         if (-4095..0).contains(&s) {
@@ -193,6 +195,12 @@ pub(crate) fn fail(
             consumer_data,
         } => {
             match consumer_data.map(|d| HelloReply::decode(d.as_bytes())) {
+                Some(Ok(r)) if r.status == HelloStatus::Stale && keyed => {
+                    return crate::authn::unproved_stale(
+                        format_args!("{who} {peer}: {step}"),
+                        r.session_floor,
+                    );
+                }
                 Some(Ok(r)) if r.status == HelloStatus::Stale => {
                     pr_warn!(
                         "{who} {peer}: {step}: REJECTED by the target: Stale (its fence is at session {})\n",
@@ -261,6 +269,8 @@ pub(crate) struct ConnSpec<'a> {
     pub(crate) budget_ms: u32,
     /// Where a refusal `Stale` leaves the fence's session (see [`fail`]).
     pub(crate) floor: Option<&'a AtomicU32>,
+    /// The connection proves a key: a `Stale` is believed only after the proofs.
+    pub(crate) keyed: bool,
 }
 
 impl ConnSpec<'_> {
@@ -360,15 +370,18 @@ pub(crate) fn connect<W: Watcher>(
         if want(&ev) {
             Ok(ev)
         } else {
-            Err(fail(who, peer, step, &ev, spec.floor))
+            Err(fail(who, peer, step, &ev, spec.floor, spec.keyed))
         }
     };
 
     let resolve_ms = RESOLVE_MS.min(spec.budget_ms.max(1));
     let mut cm = CmId::new(events.clone())?;
-    // From a reserved port: only the kernel or root can have one (docs/design.md, "Access
-    // control"). The port stays through address resolution.
-    let local_port = crate::resvport::with_reserved_port(who, |p| cm.bind_port(p).map(|()| p))?;
+    // Without a key, from a reserved port: only the kernel or root can have one (docs/design.md,
+    // "Access control"); the port stays through address resolution. With a key the proofs
+    // vouch for the host, and rdma_cm picks any port.
+    if !spec.keyed {
+        crate::resvport::with_reserved_port(who, |p| cm.bind_port(p))?;
+    }
     cm.resolve_addr(peer.addr, peer.port, resolve_ms)?;
     expect(&mut left, "resolving the address", |e| {
         matches!(e, CmEvent::AddrResolved)
@@ -416,7 +429,9 @@ pub(crate) fn connect<W: Watcher>(
         cm.disconnect();
         return Err(errno(kb::ECONNREFUSED));
     }
-    let (src, dst) = cm.addresses();
+    // IPv4 is all `resolve_addr` asks for; an id without its addresses would only fail its
+    // authentication.
+    let ((src, local_port), (dst, _)) = cm.addresses().unwrap_or_default();
     Ok(Conn {
         cm,
         pd,
@@ -424,7 +439,7 @@ pub(crate) fn connect<W: Watcher>(
         dev,
         reply,
         hello,
-        local: Endpoint::v6(src, local_port),
-        remote: Endpoint::v6(dst, peer.port),
+        local: Endpoint::v4(src, local_port),
+        remote: Endpoint::v4(dst, peer.port),
     })
 }

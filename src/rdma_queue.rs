@@ -284,6 +284,7 @@ impl RdmaQueue {
             },
             budget_ms,
             floor: Some(&info.stale_floor),
+            keyed: info.keys().is_some(),
         };
         let watch = QueueWatch { queue: q.clone() };
         // Room for inline data after the request in each tag's Send buffer (the keepalive's
@@ -424,7 +425,7 @@ impl RdmaQueue {
                         pr_err!("{who}: the answer to the authentication is not one\n");
                         return Err(crate::kapi::errno(kernel::bindings::EPROTO));
                     };
-                    return authn::check(who, &proof, &answer);
+                    return authn::check(who, &proof, &answer, Some(&self.host.info().stale_floor));
                 }
                 Auth::None | Auth::Pending => {}
             }

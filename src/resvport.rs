@@ -3,7 +3,10 @@
 //! Reserved source ports (docs/design.md, "Access control"). A target serves an export that
 //! no key protects only to connections from a port below 1024, which only a privileged
 //! process can bind (root, or the kernel): so a user process on this host cannot pose as one
-//! of its disks, or as a probe. Every connection the module makes comes from one.
+//! of its disks, or as a probe. Every connection the module makes without a key comes from
+//! one. There are 512 per transport (RDMA and TCP each), for every such connection of the host
+//! at once (and sunrpc's, on TCP); a disk needs one per queue, and twice that while it switches
+//! transports. A disk mapped with a key needs none: its proofs vouch for the host.
 
 use core::sync::atomic::{AtomicU16, Ordering};
 use kernel::{bindings as kb, prelude::*};
@@ -37,7 +40,7 @@ pub(crate) fn with_reserved_port<T>(who: &str, mut f: impl FnMut(u16) -> Result<
         }
     }
     pr_err!(
-        "{who}: every reserved port ({FIRST}-{}) is taken by other connections: cannot connect\n",
+        "{who}: every reserved port ({FIRST}-{}) is taken by other connections: cannot connect (disks mapped with a key, secret=, use any port)\n",
         END - 1
     );
     Err(errno(kb::EADDRNOTAVAIL))

@@ -278,13 +278,19 @@ fn hello_msg(d: &DiskInfo, id: ConnId) -> Hello {
     }
 }
 
-/// Connects to `d`'s target over TCP from a reserved port (docs/design.md, "Access control";
-/// only the kernel or root can have one), within `budget_ms`.
+/// Connects to `d`'s target over TCP within `budget_ms`: without a key, from a reserved port
+/// (docs/design.md, "Access control"; only the kernel or root can have one); with one, the
+/// proofs vouch for the host, and any port does.
 fn dial(d: &DiskInfo, who: QueueName<'_>, budget_ms: u32) -> Result<Socket> {
     let peer = d.tcp_peer();
-    crate::resvport::with_reserved_port(d.name(), |from| {
-        Socket::connect(peer.addr, peer.port, from, budget_ms.max(1))
-    })
+    let budget_ms = budget_ms.max(1);
+    if d.keys().is_some() {
+        Socket::connect(peer.addr, peer.port, 0, budget_ms)
+    } else {
+        crate::resvport::with_reserved_port(d.name(), |from| {
+            Socket::connect(peer.addr, peer.port, from, budget_ms)
+        })
+    }
     .inspect_err(|e| pr_err!("{who}: TCP connect to {peer} failed: {e:?}\n"))
 }
 
@@ -310,6 +316,9 @@ fn attach(d: &DiskInfo, id: ConnId, sock: &Socket) -> Result<HelloReply> {
         );
         return Err(errno(kb::EPROTO));
     };
+    if reply.status == HelloStatus::Stale && d.keys().is_some() {
+        return Err(authn::unproved_stale(who, reply.session_floor));
+    }
     if reply.status == HelloStatus::Stale {
         pr_warn!(
             "{who}: REJECTED over TCP by the target: Stale (its fence is at session {})\n",
@@ -368,7 +377,7 @@ fn authenticate(
         pr_err!("{who}: no valid answer to the authentication over TCP\n");
         return Err(errno(kb::EPROTO));
     };
-    authn::check(who, &proof, &answer)
+    authn::check(who, &proof, &answer, Some(&d.stale_floor))
 }
 
 /// A connection of `d`'s session, as connection set `epoch`, made for one data-less request

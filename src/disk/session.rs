@@ -394,28 +394,29 @@ impl DiskDev {
     /// Mapping: the first set, on RDMA, or on TCP when RDMA cannot be had (no device, no
     /// path, no answer) and the target answers there. A refusal (`ECONNREFUSED`: the target's
     /// refusing reply, or any rdma_cm reject, which is also what a port with no RDMA listener
-    /// answers) is final. If TCP fails too, the RDMA attempt's error is the map's.
+    /// answers) is final. If TCP fails too, the RDMA attempt's error is the map's, unless the
+    /// target's fence refused the session there (`ESTALE`, after asking above it once).
     fn attach_first_set(self: &Arc<Self>) {
         let epoch = self.next_epoch();
         let budget = self.budget_ms();
-        let mut first = self.connect_set(Transport::Rdma, epoch, budget);
+        let estale = errno(kernel::bindings::ESTALE);
         // Asked below the target's fence (an earlier mapping of this export by this host):
-        // ask again above it, once. Nothing of this disk has attached yet, so no connection
-        // of the session so far can be told apart from the new one.
-        if first
-            .as_ref()
-            .is_err_and(|e| *e == errno(kernel::bindings::ESTALE))
-            && self.raise_session()
-        {
-            first = self.connect_set(Transport::Rdma, epoch, budget);
-        }
-        let res = match first {
+        // ask again above it, once, on whichever transport was told. Nothing of this disk has
+        // attached yet, so no connection of the session so far can be told apart from the
+        // new one.
+        let connect = |t: Transport| {
+            let mut r = self.connect_set(t, epoch, budget);
+            if r.as_ref().is_err_and(|e| *e == estale) && self.raise_session() {
+                r = self.connect_set(t, epoch, budget);
+            }
+            r
+        };
+        let res = match connect(Transport::Rdma) {
             Ok(set) => Ok((set, Transport::Rdma)),
-            Err(e) if e == errno(kernel::bindings::ECONNREFUSED) => Err(e),
-            Err(e) if e == errno(kernel::bindings::ESTALE) => Err(e),
+            Err(e) if e == errno(kernel::bindings::ECONNREFUSED) || e == estale => Err(e),
             Err(e) => {
                 pr_warn!("{}: no RDMA connection ({e:?}); trying TCP\n", self.name());
-                match self.connect_set(Transport::Tcp, epoch, budget) {
+                match connect(Transport::Tcp) {
                     Ok(set) => {
                         // Probing from the start: RDMA may come (back) any time.
                         let mut p = self.policy.lock();
@@ -423,6 +424,8 @@ impl DiskDev {
                         *p = Policy::new_on_tcp(cfg, true, now_ms() as u64);
                         Ok((set, Transport::Tcp))
                     }
+                    // Refused by the fence there: that is the map's answer, not RDMA's.
+                    Err(t) if t == estale => Err(t),
                     Err(_) => Err(e),
                 }
             }
