@@ -133,6 +133,19 @@ if res $? "[keys] a host key and a separate target key: /dev/${DK_DEV:-?} is liv
   res $? "[keys] transport=tcp: the TCP connections authenticate both ways too ($TR_WAIT)"
   dk_fio k2 "--name=k2 --filename=/dev/$dev --rw=randwrite --bs=4k --size=1M --offset=4M --iodepth=8 --verify=crc32c --do_verify=1"
   res $? "[keys] verified fio over TCP: $FIO_SUM"
+  # A keyed target says "superseded" only after both proofs: the next mapping after a forced
+  # unmap (the fence stays) is told so that way, and goes above it.
+  dk_unmap "$dev" force && dk_gone "$dev" 30 &&
+    dk_map_disk d88k vol0 "secret=$KEY target_secret=$OTHER queues=2" && dev=$DK_DEV && s2=$(tr_get "$dev" session_id)
+  n_eq "${s2:-x}" 2 &&
+    on compute "dmesg | grep -q 'authenticated, and REJECTED by the target: Stale (its fence is at session 1)'" &&
+    grep -q 'refusing it after the authentication' "$DK_TLOG"
+  res $? "[keys] after a forced unmap, the next mapping is told the fence only after both proofs, and maps above it: session ${s2:-?}"
+  # With a key the proofs vouch for the host: its connections use ordinary ports.
+  ports=$(grep -oE "(rdma: |tcp )$TB_COMPUTE_ADDR:[0-9]+: authenticated" "$DK_TLOG" | sed -E 's/.*:([0-9]+): authenticated/\1/' | sort -un | tr '\n' ' ')
+  low=$(for p in $ports; do ((p < 1024)) && echo "$p"; done | wc -l)
+  [ -n "$ports" ] && n_eq "$low" 0
+  res $? "[keys] the keyed connections came from ordinary ports ($(wc -w <<<"$ports") ports, $low below 1024)"
   dk_unmap "$dev" normal && dk_gone "$dev" 30
   res $? "[keys] unmap"
 fi
