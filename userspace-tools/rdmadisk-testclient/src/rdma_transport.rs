@@ -141,6 +141,28 @@ fn wait_event(ch: &EventChannel, timeout: Duration) -> io::Result<rdma::CmEvent>
     })
 }
 
+/// Resolves `addr` (from `src`, if given) and the route to it, each within `timeout`.
+fn resolve(
+    ch: &EventChannel,
+    id: &mut CmId,
+    src: Option<SocketAddr>,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> io::Result<()> {
+    id.resolve_addr(src, addr, timeout)?;
+    expect(
+        &wait_event(ch, timeout)?,
+        CmEventKind::AddrResolved,
+        "resolving the target's address",
+    )?;
+    id.resolve_route(timeout)?;
+    expect(
+        &wait_event(ch, timeout)?,
+        CmEventKind::RouteResolved,
+        "resolving the route",
+    )
+}
+
 fn expect(ev: &rdma::CmEvent, want: CmEventKind, what: &str) -> io::Result<()> {
     if ev.kind() == want {
         Ok(())
@@ -164,18 +186,7 @@ impl Rdma {
         let src = (id.local_addr().is_none_or(|a| a.port() == 0))
             .then(|| o.bind.map(|ip| SocketAddr::new(ip, 0)))
             .flatten();
-        id.resolve_addr(src, addr, o.timeout)?;
-        expect(
-            &wait_event(&ch, o.timeout)?,
-            CmEventKind::AddrResolved,
-            "resolving the target's address",
-        )?;
-        id.resolve_route(o.timeout)?;
-        expect(
-            &wait_event(&ch, o.timeout)?,
-            CmEventKind::RouteResolved,
-            "resolving the route",
-        )?;
+        resolve(&ch, &mut id, src, addr, o.timeout)?;
 
         let pd = id.alloc_pd()?;
         let comp = CompChannel::new(&pd)?;
@@ -338,18 +349,7 @@ impl Rdma {
         if o.reserved_port {
             bind_reserved(&id, o.bind)?;
         }
-        id.resolve_addr(None, addr, o.timeout)?;
-        expect(
-            &wait_event(&ch, o.timeout)?,
-            CmEventKind::AddrResolved,
-            "resolving the target's address",
-        )?;
-        id.resolve_route(o.timeout)?;
-        expect(
-            &wait_event(&ch, o.timeout)?,
-            CmEventKind::RouteResolved,
-            "resolving the route",
-        )?;
+        resolve(&ch, &mut id, None, addr, o.timeout)?;
         let pd = id.alloc_pd()?;
         let cq = Cq::new(&pd, 8, None)?;
         id.create_qp(
