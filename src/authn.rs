@@ -13,7 +13,7 @@ use kernel::{bindings as kb, prelude::*};
 use crate::kapi::errno;
 use crate::kapi::random;
 use crate::proto::auth::{ClientAuthError, ClientProof, Endpoint, Secret, Transcript};
-use crate::proto::wire::{features, AuthReply, Hello, HelloReply, CHALLENGE_LEN};
+use crate::proto::wire::{features, AuthReply, Hello, HelloReply, HelloStatus, CHALLENGE_LEN};
 
 /// The keys a connection proves and expects: the host's (`secret=`), and the target's
 /// (`target_secret=`, or the host's).
@@ -108,6 +108,16 @@ pub(crate) fn check(
             pr_err!("{who}: authentication failed: {e}\n");
             Err(errno(kb::EACCES))
         }
+    }
+}
+
+/// What to add to a refusal's log line: a disk with a key connects from any port, which an
+/// export without a key for this host refuses (`NotAllowed`) as it refuses any user process.
+pub(crate) fn refusal_hint(keyed: bool, status: HelloStatus) -> &'static str {
+    if keyed && status == HelloStatus::NotAllowed {
+        " (this disk has a key and connects from any port; an export without a key for this host admits only reserved ports: is it mapped with a key the target does not know?)"
+    } else {
+        ""
     }
 }
 

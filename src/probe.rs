@@ -27,8 +27,7 @@ use crate::kapi::rdma_cm::{CmEvent, CmId, QpCaps};
 use crate::kapi::verbs::{Msg, MsgDir, MsgOwner, Pd, PollCtx, Wc};
 use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT};
 use crate::proto::wire::{
-    AuthReply, ExportName, Opcode, RemoteBuf, Request, Response, Status, AUTH_REPLY_LEN,
-    RESPONSE_LEN,
+    AuthReply, ExportName, Opcode, Request, Response, Status, AUTH_REPLY_LEN, RESPONSE_LEN,
 };
 use crate::rdma_conn::{self, fail, Conn, ConnEvents, ConnSpec, Peer, Watcher};
 
@@ -302,16 +301,7 @@ fn request(
         pr_err!("probe {peer}: the target granted no credits; cannot send a request\n");
         return Err(errno(kb::EPROTO));
     }
-    let req = Request {
-        opcode: op,
-        flags: 0,
-        credits: 0,
-        tag: NOP_TAG,
-        sector: 0,
-        length: 0,
-        data_crc: 0,
-        buf: RemoteBuf::default(),
-    };
+    let req = Request::bare(op, NOP_TAG);
     // The names the log has always used (tests and operators grep for "NOP answered").
     let op_name = match op {
         Opcode::Nop => "NOP",

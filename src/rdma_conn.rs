@@ -212,8 +212,9 @@ pub(crate) fn fail(
                     return errno(kb::ESTALE);
                 }
                 Some(Ok(r)) => pr_err!(
-                    "{who} {peer}: {step}: REJECTED by the target: {:?}\n",
-                    r.status
+                    "{who} {peer}: {step}: REJECTED by the target: {:?}{}\n",
+                    r.status,
+                    crate::authn::refusal_hint(keyed, r.status)
                 ),
                 Some(Err(e)) => pr_err!(
                     "{who} {peer}: {step}: REJECTED with undecodable private data ({e:?})\n"

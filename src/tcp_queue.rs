@@ -329,8 +329,9 @@ fn attach(d: &DiskInfo, id: ConnId, sock: &Socket) -> Result<HelloReply> {
     }
     if reply.status != HelloStatus::Ok {
         pr_err!(
-            "{who}: REJECTED over TCP by the target: {:?}\n",
-            reply.status
+            "{who}: REJECTED over TCP by the target: {:?}{}\n",
+            reply.status,
+            authn::refusal_hint(d.keys().is_some(), reply.status)
         );
         return Err(errno(kb::ECONNREFUSED));
     }
@@ -387,16 +388,7 @@ pub(crate) fn one_shot(d: &DiskInfo, epoch: u32, op: Opcode, budget_ms: u32) -> 
     let who = QueueName(d.name(), 0);
     let sock = dial(d, who, budget_ms)?;
     attach(d, id, &sock)?;
-    let req = Request {
-        opcode: op,
-        flags: 0,
-        credits: 0,
-        tag: 0,
-        sector: 0,
-        length: 0,
-        data_crc: 0,
-        buf: Default::default(),
-    };
+    let req = Request::bare(op, 0);
     let out: [u8; FRAME_HEADER_LEN + REQUEST_LEN] = frame(FrameKind::Request, &req.to_bytes(), 0);
     sock.send(&out, false, false)?;
     let mut buf = [0u8; FRAME_HEADER_LEN + RESPONSE_LEN];

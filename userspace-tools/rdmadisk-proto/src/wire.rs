@@ -850,6 +850,21 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request with no range, no data and no buffer (a `Nop`, a `Close`, a `Flush`), with
+    /// `tag`.
+    pub fn bare(opcode: Opcode, tag: u32) -> Request {
+        Request {
+            opcode,
+            flags: 0,
+            credits: 0,
+            tag,
+            sector: 0,
+            length: 0,
+            data_crc: 0,
+            buf: RemoteBuf::default(),
+        }
+    }
+
     /// Writes the message, reserved bytes zeroed.
     pub fn encode(&self, out: &mut [u8; REQUEST_LEN]) {
         const N: usize = REQUEST_LEN;

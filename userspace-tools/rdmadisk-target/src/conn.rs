@@ -102,16 +102,7 @@ pub struct Slot {
 impl Slot {
     fn new() -> Slot {
         Slot {
-            req: Request {
-                opcode: Opcode::Nop,
-                flags: 0,
-                credits: 0,
-                tag: 0,
-                sector: 0,
-                length: 0,
-                data_crc: 0,
-                buf: Default::default(),
-            },
+            req: Request::bare(Opcode::Nop, 0),
             buf: None,
             stage: Stage::Free,
             op: None,
