@@ -638,10 +638,11 @@ impl Conn {
         let end: Option<String> = loop {
             self.pump();
             if self.gone() {
-                if self.broken.is_none()
-                    && !self.heard
-                    && !self.shared.established.load(Ordering::SeqCst)
-                {
+                // A rejected or unanswered accept flushes the QP too: that is no failure of
+                // its own.
+                let flushed = matches!(self.broken.as_deref(), None | Some("queue pair flushed"));
+                if flushed && !self.heard && !self.shared.established.load(Ordering::SeqCst) {
+                    self.broken = None;
                     Stats::inc(&t.stats.half_open_closes);
                     break Some(
                         "never established (the client rejected or did not answer the accept)"
