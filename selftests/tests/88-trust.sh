@@ -15,8 +15,10 @@
 #   C. A normal unmap closes the session at the target (its fence goes); a forced one does
 #      not, and the next mapping takes the session above the fence's floor.
 #   D. Keys both ways: a disk mapped with a key refuses a target that does not ask for it and
-#      one that proves another target key; a host key with a separate target key maps, and
-#      verified fio passes over RDMA and TCP.
+#      one that proves another target key, and says why an export that admits only reserved
+#      ports refuses it; a host key with a separate target key maps, and verified fio passes
+#      over RDMA and TCP; after a forced unmap the next mapping is told the fence only after
+#      both proofs; keyed connections come from ordinary ports.
 #   E. RDMA connections that never establish: one whose client never sees the accept (let go at
 #      the Hello deadline), and connect requests abandoned at once (the client rejects the
 #      accept): the target keeps no connection, hold or fence for them, and a disk maps after.
@@ -113,15 +115,19 @@ if res $? "[close] map: /dev/${DK_DEV:-?} is live (session $(tr_get "${DK_DEV:-x
   res $? "[close] unmap"
 fi
 
-# D. Keys both ways.
-dk_target_start --export "vol0=$back0" --export "vol1=$back1" --secret-file "vol1=$KEYF" >/dev/null
-res $? "[keys] target: vol0 without a key, vol1 with one"
-for bad in "secret=$KEY:vol0:did not ask for our key" "secret=$KEY target_secret=$OTHER:vol1:did not prove the key"; do
-  IFS=: read -r opts e want <<<"$bad"
+# D. Keys both ways. vol0 has no key and takes any port (insecure), vol2 has no key and takes
+# reserved ports only, vol1 has a key.
+dk_target_start --export "vol0=$back0" --export "vol1=$back1" --export "vol2=$back0" --insecure vol0 \
+  --secret-file "vol1=$KEYF" >/dev/null
+res $? "[keys] target: vol0 and vol2 without a key (vol0 insecure), vol1 with one"
+for bad in "secret=$KEY:vol0:did not ask for our key:Permission denied" \
+  "secret=$KEY:vol2:admits only reserved ports:Connection refused" \
+  "secret=$KEY target_secret=$OTHER:vol1:did not prove the key:Permission denied"; do
+  IFS=: read -r opts e want err <<<"$bad"
   out=$(dk_map "name=d88d addr=$DK_S export=$e $opts" 60)
   rc=$(sed -n 's/^rc=\([0-9]*\) .*/\1/p' <<<"$out" | head -n1)
-  [ "$rc" != 0 ] && grep -q "$want" <<<"$out" && grep -qi 'Permission denied' <<<"$out"
-  res $? "[keys] map $e with $(sed -E 's/[0-9a-f]{64}/KEY/g' <<<"$opts"): refused (rc=$rc), \"$want\""
+  [ "$rc" != 0 ] && grep -q "$want" <<<"$out" && grep -qi "$err" <<<"$out"
+  res $? "[keys] map $e with $(sed -E 's/[0-9a-f]{64}/KEY/g' <<<"$opts"): refused (rc=$rc, $err), \"$want\""
 done
 dk_target_start --export "vol0=$back0" --export "vol1=$back1" --host-key "$TB_COMPUTE_ADDR=$KEYF" \
   --host-target-key "$TB_COMPUTE_ADDR=$OTHERF" >/dev/null && dk_map_disk d88k vol0 "secret=$KEY target_secret=$OTHER queues=2"
@@ -152,7 +158,8 @@ fi
 
 # E. Half-open RDMA connections. First a client that never sees the target's accept (RoCE
 #    dropped on the compute VM's input, which leaves its rdma_cm healthy: TESTBED.md): the target
-#    accepted, the connection never establishes, and the Hello deadline (3 s) lets it go. Then
+#    accepted, the connection never establishes, and the target lets it go at the Hello deadline
+#    (3 s), or when the client's CM gives up first and rejects. Then
 #    connect requests abandoned at once: the client's CM rejects the accept (or the target
 #    finds the request gone before it accepts); either way nothing stays.
 dk_target_start --export "vol0=$back0" --hello-timeout-s 3 >/dev/null
@@ -160,9 +167,11 @@ on compute "nft add table ip f88 && nft add chain ip f88 in '{ type filter hook 
 out=$(on compute "timeout 60 $C --transport rdma --target $DK_S:$DK_PORT --export vol0 --count 1 --timeout-secs 10" 2>&1)
 on compute "nft delete table ip f88" >/dev/null
 dk_tsnap
+# The client's CM may give up first (its REJ goes out; only input is dropped): either way the
+# target lets the connection go as never established.
 n_gt "$(tstat half_open_closes)" 0 && n_eq "$(tstat connections_active)" 0 && n_eq "$(tstat fences)" 0 &&
-  grep -q 'never established within the Hello deadline' "$DK_TLOG"
-res $? "[half-open] an accept the client never answers: let go at the Hello deadline (half_open_closes=$(tstat half_open_closes) connections_active=$(tstat connections_active) fences=$(tstat fences))"
+  grep -qE 'never established (within the Hello deadline|\(the client rejected)' "$DK_TLOG"
+res $? "[half-open] an accept the client never answers: let go, never established (half_open_closes=$(tstat half_open_closes) connections_active=$(tstat connections_active) fences=$(tstat fences))"
 h0=$(tstat half_open_closes) r0=$(tstat refused)
 out=$(on compute "$C --transport rdma --target $DK_S:$DK_PORT --export vol0 --hostile half-open --count 8 --timeout-secs 20" 2>&1)
 grep -q '^ok - hostile half-open' <<<"$out"
