@@ -39,7 +39,7 @@ KEY=00112233445566778899aabbccddeeff0123456789abcdef0123456789abcdef
 OTHER=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100
 KEYF=$DK_BACKDIR/$DK_ID.key
 OTHERF=$DK_BACKDIR/$DK_ID.other.key
-back0=$(dk_backing vol0 16M) back1=$(dk_backing vol1 16M)
+back0=$(dk_backing vol0 16M) back1=$(dk_backing vol1 16M) back2=$(dk_backing vol2 16M)
 on storage "umask 077; echo $KEY >$KEYF; echo $OTHER >$OTHERF" >/dev/null
 # The test client where user nobody can run it, and the RDMA devices open to all users.
 UC=/tmp/$DK_ID.testclient
@@ -117,7 +117,7 @@ fi
 
 # D. Keys both ways. vol0 has no key and takes any port (insecure), vol2 has no key and takes
 # reserved ports only, vol1 has a key.
-dk_target_start --export "vol0=$back0" --export "vol1=$back1" --export "vol2=$back0" --insecure vol0 \
+dk_target_start --export "vol0=$back0" --export "vol1=$back1" --export "vol2=$back2" --insecure vol0 \
   --secret-file "vol1=$KEYF" >/dev/null
 res $? "[keys] target: vol0 and vol2 without a key (vol0 insecure), vol1 with one"
 for bad in "secret=$KEY:vol0:did not ask for our key:Permission denied" \
