@@ -31,19 +31,20 @@ dk_fio_bg victim "--name=victim --filename=/dev/$d0 --rw=randrw --bsrange=4k-256
 # The keeper is rate-limited so that it is still running when the victim's disk goes.
 dk_fio_bg keeper "--name=keeper --filename=/dev/$d1 --rw=randwrite --bsrange=4k-256k --verify=crc32c --do_verify=1 --size=32M --iodepth=8 --rate=2m --randseed=64"
 
-# Let both get going: some responses on each disk.
-busy() { # busy DEV: prints the disk's responses count
+# Let both get going: more than 20 requests completed on each disk (rdma_ios: responses
+# would count keepalive answers too).
+busy() { # busy DEV: prints the disk's rdma_ios
   on compute "$DK_VM_DEFS
-stat_of /sys/block/$1/rdmadisk/stats responses; echo \$V"
+stat_of /sys/block/$1/rdmadisk/stats rdma_ios; echo \$V"
 }
 for _ in $(seq 60); do
   r0=$(busy rdmadisk0); r1=$(busy rdmadisk1)
   n_gt "$r0" 20 && n_gt "$r1" 20 && break
   sleep 1
 done
-echo "  before the forced unmap: responses rdmadisk0=$r0 rdmadisk1=$r1"
-dk_fio_running keeper && dk_fio_running victim
-res $? "both fio runs under way when rdmadisk0 is force-unmapped"
+# Under way: each disk has completed requests, and both fio runs are still going.
+n_gt "$r0" 20 && n_gt "$r1" 20 && dk_fio_running keeper && dk_fio_running victim
+res $? "both fio runs under way when rdmadisk0 is force-unmapped (requests completed: rdmadisk0 ${r0:-?}, rdmadisk1 ${r1:-?})"
 
 # shellcheck disable=SC2016 # expanded in the VM
 out=$(dk_timed force 60 't0=$(date +%s); echo force >/sys/block/rdmadisk0/rdmadisk/unmap; rc=$?; echo "took=$(($(date +%s) - t0))"; exit $rc')

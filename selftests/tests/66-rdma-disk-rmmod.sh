@@ -18,14 +18,16 @@ fi
 dev=$DK_DEV
 
 dk_fio_bg load "--name=load --filename=/dev/$dev --rw=randrw --bsrange=4k-256k --iodepth=16 --size=64M --time_based --runtime=120"
+# Under way: more than 20 requests completed (rdma_ios; responses would count keepalive
+# answers too), and fio still going.
 for _ in $(seq 60); do
   r=$(on compute "$DK_VM_DEFS
-stat_of /sys/block/$dev/rdmadisk/stats responses; echo \$V")
+stat_of /sys/block/$dev/rdmadisk/stats rdma_ios; echo \$V")
   n_gt "$r" 20 && break
   sleep 1
 done
-dk_fio_running load
-res $? "fio randrw at iodepth 16 running on /dev/$dev ($r responses so far)"
+n_gt "$r" 20 && dk_fio_running load
+res $? "fio randrw at iodepth 16 running on /dev/$dev (${r:-?} requests completed so far)"
 
 out=$(on compute "rmmod rdmadisk 2>&1; echo rc=\$?")
 printf '%s\n' "$out" | indent
