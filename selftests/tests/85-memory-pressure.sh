@@ -56,12 +56,12 @@ echo 0 >$F/${fault}_every" >/dev/null
   r1=$(tr_stat "$dev" reconnects)
   n_le $((r0 + 2)) "$r1"
   res $? "[$tag] the disk reconnected under pressure (reconnects $r0 -> $r1)"
-  out=$(on compute "ps -eo pid=,stat=,comm=,wchan:32= | awk '\$2 ~ /^D/'")
+  dk_stuck_tasks | indent "D state after the writes: "
+  res "${PIPESTATUS[0]}" "[$tag] no task left in D state after the writes (two looks 5 s apart)"
   # The page cache of the disk dropped, the data read back from the target.
   on compute "sync; echo 3 >/proc/sys/vm/drop_caches" >/dev/null
   dk_fio "v$tag" "$job --direct=1 --verify_only" >/dev/null
   res $? "[$tag] the data read back with O_DIRECT verifies: $FIO_SUM"
-  [ -z "$out" ] || printf '%s\n' "$out" | indent "D state after the writes: "
 }
 
 # The pressure: everything but LEFT_MIB of what is available, in a tmpfs (no swap: it stays).

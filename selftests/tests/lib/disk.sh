@@ -277,6 +277,17 @@ dk_resets_ok() {
   n_eq "${resets:-x}" "${flushed:-y}" && n_eq "${failed:-x}" 0 && n_le "$(cstat reconnects)" "$resets"
 }
 
+# dk_stuck_tasks: prints the compute VM's tasks in D state at two looks 5 s apart (kernel
+# workers too: a stuck session or I/O work would be one; a worker passes through D briefly all
+# the time, and jbd2 and rcu ones are left out). Status 0 if there is none, 1 if there is one,
+# 2 if the tasks could not be listed (ps failed): not looking is no proof of none.
+dk_stuck_tasks() {
+  on compute "d() { set -o pipefail; ps -eo pid=,stat=,comm=,wchan:32= | awk '\$2 ~ /^D/ && \$3 !~ /^(jbd2|rcu)/'; }
+a=\$(d) || exit 2; sleep 5; b=\$(d) || exit 2
+stuck=\$(printf '%s\\n' \"\$b\" | while read -r p rest; do [ -n \"\$p\" ] && printf '%s\\n' \"\$a\" | grep -q \"^ *\$p \" && echo \"\$p \$rest\"; done)
+[ -z \"\$stuck\" ] || { echo \"\$stuck\"; exit 1; }"
+}
+
 # ---------------------------------------------------------------- what landed on the storage VM
 # fio's verify and the tests' checksums read the data back through the same driver that wrote
 # it, so a consistent offset bug (writes and reads both going to the same wrong place) would

@@ -332,12 +332,7 @@ setsid bash -c 'i=0; while :; do dd if=/dev/urandom of=/dev/$dev bs=1M count=8 s
   tail -n 2 "$b.dd.log" 2>/dev/null | indent "dd: "
   [ -n "$dd_rc" ] && [ "$dd_rc" != 0 ] && [ -n "$fio_rc" ] && [ "$fio_rc" != 0 ] && (( took <= LOSS + MARGIN ))
   res $? "[$tag] target SIG$sig for good: buffered dd+fsync and direct fio both fail, after ${took} s (limit loss_timeout_s $LOSS + $MARGIN s): dd rc=${dd_rc:-none} fio rc=${fio_rc:-none}"
-  # Kernel workers too (a stuck session or I/O work would be one), but only a task in D state
-  # at two looks 5 s apart: a worker passes through D briefly all the time.
-  on compute "d() { ps -eo pid=,stat=,comm=,wchan:32= | awk '\$2 ~ /^D/ && \$3 !~ /^(jbd2|rcu)/'; }
-a=\$(d); sleep 5; b=\$(d)
-stuck=\$(printf '%s\\n' \"\$b\" | while read -r p rest; do [ -n \"\$p\" ] && printf '%s\\n' \"\$a\" | grep -q \"^ *\$p \" && echo \"\$p \$rest\"; done)
-[ -z \"\$stuck\" ] || { echo \"\$stuck\"; exit 1; }" | indent "D state: "
+  dk_stuck_tasks | indent "D state: "
   res "${PIPESTATUS[0]}" "[$tag] no task left in D state (two looks 5 s apart)"
   c=$(on compute "cat /sys/block/$dev/rdmadisk/state")
   before=$(tr_stat "$dev" tcp_connects connect_failures probes)
