@@ -65,11 +65,20 @@ echo 0 >$F/${fault}_every" >/dev/null
 }
 
 # The pressure: everything but LEFT_MIB of what is available, in a tmpfs (no swap: it stays).
+# It must have taken: the whole file written, and what the kernel then counts available
+# within PRESSURE_SLACK_MIB of LEFT_MIB (its estimate is not exact, and moves a little).
+PRESSURE_SLACK_MIB=64
 out=$(on compute "read -r _ total _ < <(grep MemAvailable /proc/meminfo)
 fill=\$(( total / 1024 - $LEFT_MIB ))
-mkdir -p $HOG && mount -t tmpfs -o size=\${fill}M none $HOG && dd if=/dev/zero of=$HOG/fill bs=1M count=\$fill status=none
-echo filled=\$fill; grep -E 'MemAvailable|MemFree|Dirty' /proc/meminfo | tr -s ' ' | tr '\n' ' '")
-res $? "memory pressure: $out"
+[ \$fill -gt 0 ] || { echo \"only \$(( total / 1024 )) MiB available\"; exit 1; }
+mkdir -p $HOG && mount -t tmpfs -o size=\${fill}M none $HOG && dd if=/dev/zero of=$HOG/fill bs=1M count=\$fill status=none || exit 1
+read -r _ avail _ < <(grep MemAvailable /proc/meminfo)
+echo filled=\$fill size=\$(( \$(stat -c %s $HOG/fill) >> 20 )) avail=\$(( avail / 1024 ))
+grep -E 'MemAvailable|MemFree|Dirty' /proc/meminfo | tr -s ' ' | tr '\n' ' '")
+rc=$?
+fill=$(word filled "$out") size=$(word size "$out") avail=$(word avail "$out")
+[ $rc = 0 ] && n_gt "$fill" 0 && n_eq "$size" "$fill" && n_le "$avail" $((LEFT_MIB + PRESSURE_SLACK_MIB))
+res $? "memory pressure: ${fill:-?} MiB filled (${size:-?} MiB written), ${avail:-?} MiB left available (aim $LEFT_MIB, at most +$PRESSURE_SLACK_MIB): ${out//$'\n'/ }"
 
 pressure_round rdma qp_error
 tr_set "$dev" transport=tcp >/dev/null && tr_wait tcp "$dev" 120 tcp >/dev/null
