@@ -30,12 +30,18 @@ tr_set "$dev" transport=rdma io_timeout_ms=3000 loss_timeout_s=300
 seed=810
 
 # fault NAME SETTINGS COUNTERS...: sets the switches (file=value ...), runs fio, turns them
-# off, and checks that the fault fired, that each counter rose, and that fio was clean.
+# off, and checks that the fault fired, that each counter rose, and that fio was clean. A
+# fault whose effect no counter of its own shows has a function check_NAME, called with
+# "before" and then with "after HITS": it checks that effect (status) and says what it saw
+# (CHECK_TEXT).
 fault() {
-  local name=$1 settings=$2 kv set= unset= before after k bad=
+  local name=$1 settings=$2 kv set= unset= before after k bad= ck= ck_ok=0
   shift 2
   for kv in $settings; do set+="echo ${kv#*=} >$F/${kv%%=*}; "; unset+="echo 0 >$F/${kv%%=*}; "; done
   before=$(tr_stat "$dev" "$@")
+  CHECK_TEXT=
+  declare -F "check_$name" >/dev/null && ck=check_$name
+  [ -z "$ck" ] || $ck before
   on compute "$set" >/dev/null
   seed=$((seed + 1))
   dk_fio "$name" "--name=$name --filename=/dev/$dev --rw=randrw --rwmixread=50 --bsrange=4k-64k --iodepth=8 --size=2M --verify=crc32c --do_verify=1 --randseed=$seed" >/dev/null
@@ -48,8 +54,52 @@ fault() {
     n_gt "$(cut -d' ' -f$i <<<"$after")" "$(cut -d' ' -f$i <<<"$before")" || bad+=" $k"
     i=$((i + 1))
   done
-  [ $ok = 0 ] && n_gt "$hits" 0 && [ -z "$bad" ]
-  res $? "$name ($settings): fired $hits times; $* went from ($before) to ($after); $FIO_SUM${bad:+; did not rise:$bad}"
+  [ -z "$ck" ] || { $ck after "$hits"; ck_ok=$?; }
+  [ $ok = 0 ] && n_gt "$hits" 0 && [ -z "$bad" ] && [ $ck_ok = 0 ]
+  res $? "$name ($settings): fired $hits times; $* went from ($before) to ($after)${CHECK_TEXT:+; $CHECK_TEXT}; $FIO_SUM${bad:+; did not rise:$bad}"
+}
+
+# served: "IOS RECONNECTS TARGET" now: the client's requests completed on the transport in
+# use (rdma_ios or tcp_ios, $1), its reconnects, and the reads and writes the target executed.
+served() {
+  local c
+  c=$(tr_stat "$dev" "$1" reconnects)
+  dk_tsnap
+  echo "$c $(tsum reads writes)"
+}
+# served_once BEFORE AFTER: every request the client completed reached the target once and
+# nothing else did (a request given back and reissued must not be executed twice, nor lost),
+# with no reconnect (a connection reset would say the fault broke the connection).
+served_once() {
+  local c0 r0 t0 c1 r1 t1
+  read -r c0 r0 t0 <<<"$1"; read -r c1 r1 t1 <<<"$2"
+  CHECK_TEXT="requests completed +$((${c1:-0} - ${c0:-0})), executed by the target +$((${t1:-0} - ${t0:-0})), reconnects +$((${r1:-0} - ${r0:-0}))"
+  n_gt "$c1" "$c0" && n_eq $((c1 - c0)) $((t1 - t0)) && n_eq "$r1" "$r0"
+}
+# A refused registration sends the request back to blk-mq, which issues it again.
+check_fail_mr_reg() {
+  case $1 in before) S0=$(served rdma_ios) ;; after) served_once "$S0" "$(served rdma_ios)" ;; esac
+}
+# A frame cut short in queue_rq is finished by the send work: nothing lost, nothing
+# interleaved (the target would have reset the connection, or the client its reply).
+check_short_tcp_send() {
+  case $1 in before) S0=$(served tcp_ios) ;; after) served_once "$S0" "$(served tcp_ios)" ;; esac
+}
+# slow: requests over RDMA whose response came 2^18 us (262 ms) or more after their last send
+# (the telemetry's wire_us buckets 18 and up)
+slow() {
+  on compute "cat /sys/block/$dev/rdmadisk/telemetry_rdma_read /sys/block/$dev/rdmadisk/telemetry_rdma_write" |
+    sed -n 's/^wire_us=//p' | tr ' ' '\n' | awk -F: '$1 >= 18 { n += $2 } END { print n + 0 }'
+}
+# Each delayed response (delay_ms=300) ends its request 300 ms or more after its send.
+check_delay_response() {
+  case $1 in
+    before) SLOW0=$(slow) ;;
+    after)
+      local s1; s1=$(slow)
+      CHECK_TEXT="requests answered 262 ms or more after their send: ${SLOW0:-?} -> ${s1:-?}"
+      is_num "$SLOW0" && is_num "$2" && n_le $((SLOW0 + $2)) "$s1" ;;
+  esac
 }
 
 fault corrupt_read "corrupt_read_every=7" crc_read_errors crc_retries
