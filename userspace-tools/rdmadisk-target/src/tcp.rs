@@ -807,6 +807,9 @@ impl Conn {
             }
             Some(k) => {
                 t.count_hostile(k);
+                // One line per act, naming the connection: a test pairs them with how each
+                // connection ended, and with the client's reasons for resetting it.
+                log::info!("tcp {}: hostile {} sent", self.peer, k.name());
                 match k {
                     Kind::UnknownTag => {
                         parts.push(Part::Owned(frame(&hostile::unknown_tag(&resp), 0)));
