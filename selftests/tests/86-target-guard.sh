@@ -12,8 +12,9 @@
 #      timeout), sits idle (closed within the idle timeout), floods 40 connections (those over
 #      the caps refused Busy). Meanwhile the disk's fio verifies with no error, and the
 #      target's peak RSS stays under 128 MiB (printed).
-#   C. SIGTERM while a client holds the target up (it grants no response credits): the target
-#      still exits, within the shutdown timeout plus a margin.
+#   C. SIGTERM while a client holds the target up (it grants no response credits; attached and
+#      still held when the signal goes): the target still exits, within the shutdown timeout
+#      plus a margin, and the client is cut off.
 # timeout: 900
 
 # shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
@@ -102,16 +103,34 @@ if res $? "[guard] target with caps and timeouts; map: /dev/${DK_DEV:-?} is live
   res $? "[guard] unmap; rmmod"
 fi
 
-# C. SIGTERM with a client holding the target up.
-on compute "setsid timeout 120 $C --transport rdma --target $DK_S:$DK_PORT --export vol0 --timeout-secs 60 --hostile no-credits --recv-credits 0 --queue-depth 1 >$TB_DIR/$DK_ID.holder.log 2>&1 </dev/null &" >/dev/null
-sleep 3
+# C. SIGTERM with a client holding the target up. A target of its own, with the send timeout
+# at its default (30 s), so that nothing but the shutdown can end the hold; the signal goes
+# only once the holder is attached (the target logged it) and still held (no result of its
+# own yet), and the holder must then be cut off by the shutdown.
+H=$TB_DIR/$DK_ID.holder.log
+dk_target_start --export "vol0=$back" --shutdown-timeout-s 5 >/dev/null
+n0=$(grep -c ' attached to export ' "$DK_TLOG" 2>/dev/null)
+on compute "rm -f $H; setsid timeout 120 $C --transport rdma --target $DK_S:$DK_PORT --export vol0 --timeout-secs 60 --hostile no-credits --recv-credits 0 --queue-depth 1 >$H 2>&1 </dev/null &" >/dev/null
+attached=
+for _ in $(seq 120); do
+  n=$(grep -c ' attached to export ' "$DK_TLOG" 2>/dev/null)
+  is_num "$n" && is_num "$n0" && [ "$n" -gt "$n0" ] && { attached=1; break; }
+  grep -qE '^(ok|not ok) - ' "$H" 2>/dev/null && break
+  sleep 0.5
+done
+# Its NOP is posted right after the attach; give it a moment to wait for a credit.
+sleep 2
+held=$(grep -cE '^(ok|not ok) - ' "$H" 2>/dev/null)
 out=$(on storage "$DK_VM_DEFS
 read -r p <$DK_TPID; now_us; t0=\$us; kill -TERM \$p
 for ((i = 0; i < 300; i++)); do kill -0 \$p 2>/dev/null || break; pause 0.1; done
 kill -0 \$p 2>/dev/null && echo still-running; now_us; echo secs=\$(( (us - t0) / 1000000 ))")
 secs=$(sed -n 's/^secs=//p' <<<"$out")
-! grep -q still-running <<<"$out" && is_num "$secs" && (( secs <= 15 ))
-res $? "[shutdown] SIGTERM with a client granting no credits: the target exited in ${secs:-?} s (shutdown timeout 5 s + margin)"
+for _ in $(seq 60); do grep -qE '^(ok|not ok) - ' "$H" 2>/dev/null && break; sleep 0.5; done
+holder=$(grep -m1 -E '^(ok|not ok) - ' "$H" 2>/dev/null)
+[ -n "$attached" ] && [ "$held" = 0 ] && ! grep -q still-running <<<"$out" && is_num "$secs" && (( secs <= 15 )) &&
+  grep -q '^ok - hostile no-credits: ' <<<"$holder"
+res $? "[shutdown] SIGTERM while a client granting no credits held a connection (attached: ${attached:-no}, still held: $([ "$held" = 0 ] && echo yes || echo no)): the target exited in ${secs:-?} s (shutdown timeout 5 s + margin); the holder: ${holder:-no result}"
 grep -E 'exports synced|exiting without' "$DK_TLOG" | tail -n 1 | indent "target: "
 tr_splat_check
 dk_cleanup
