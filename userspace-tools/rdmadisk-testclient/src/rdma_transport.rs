@@ -526,7 +526,8 @@ impl Rdma {
             // Bind-MW that already ran behind a still-unacknowledged Send is run again, fails
             // (the window's key has moved on), and takes the QP to the error state with only
             // flush completions. Binding only on an empty send queue (and signaling the bind, so
-            // it is retired at once) keeps every bind out of any retransmission's way.
+            // it is retired at once) keeps every bind out of any retransmission's way. (The test
+            // bed's kernel no longer does this, selftests/kernel/patches/0004; rxe elsewhere does.)
             self.bind_drain_waits += 1;
             let deadline = Instant::now() + self.timeout;
             while self.sq_outstanding > 0 {
