@@ -133,9 +133,9 @@ for k in crc_failures bound_violations io_errors rdma_errors resets; do
 done
 [ -z "$bad" ]
 res $? "no CRC error, retry, I/O error or timeout on either side, no reset by the target${bad:+ (got$bad)}"
-# No connection reset but the one soft-RoCE quirk (lib/disk.sh, dk_resets_ok), reported.
+# No connection reset at all (lib/disk.sh, dk_resets_ok).
 dk_resets_ok d60
-res $? "connection resets: $DK_RESETS"
+res $? "no connection reset: $DK_RESETS"
 n_gt "$(cstat max_outstanding)" 1 && n_le "$(cstat max_outstanding)" 32
 res $? "client: max_outstanding=$(cstat max_outstanding) (more than one request in flight per queue at depth 16, within the target's 32 credits)"
 

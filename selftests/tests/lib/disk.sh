@@ -124,8 +124,17 @@ tstat() { kv "$1" "$DK_TS"; }
 
 # ---------------------------------------------------------------- the disk (compute VM)
 
-dk_load() { # insmod; status 0 if ctl/map_device is there (else says why, indented)
-  on compute "insmod $DK_KO || exit 1
+# dk_load: insmod; status 0 if ctl/map_device is there (else says why, indented). The first call
+# of a test also writes a mark to the compute VM's kernel log, DK_KMSG_MARK, from which
+# dk_resets_ok counts: the log holds earlier tests' lines, and earlier runs' of the same test.
+dk_load() {
+  local mark=
+  if [ -z "${DK_KMSG_MARK:-}" ]; then
+    DK_KMSG_MARK="rdmadisk-tests: $DK_ID begins ($(date +%s%N))"
+    mark="echo '$DK_KMSG_MARK' >/dev/kmsg"
+  fi
+  on compute "$mark
+insmod $DK_KO || exit 1
 test -e $DK_CTL/map_device || { echo \"loaded, but there is no $DK_CTL/map_device (ctl has: \$(ls $DK_CTL | tr '\n' ' '))\"; exit 1; }" 2>&1 | indent
   return "${PIPESTATUS[0]}"
 }
@@ -235,46 +244,41 @@ dk_show() { # dk_show LABEL TEXT: key=value lines as indented, wrapped diagnosti
   tr '\n' ' ' <<<"$2" | fold -s -w 110 | sed "s/^/  $1: /"; echo
 }
 
-# A healthy link should see no connection reset. One kind is seen under soft-RoCE in TCG (in 9
-# of 21 runs of test 60's 1 MiB fio, at most a few resets each): the client's QP enters the
-# error state with no error completion of its own, the first sign being a flushed work request
-# (a Send, a REG_MR, a LOCAL_INV or a Receive: whichever completes first); the queue resets,
-# requeues and reconnects in half a second, and nothing is lost. The failover policy counts it
-# as an RDMA failure, so a few in a row can put the disk on TCP until its probes bring it back
-# (tests that compare RDMA counters allow for the client's tcp_ios). The driver logs a
-# completion's error status, and only then, on a line of its own; a flush has none.
-# dk_resets_ok NAME lets only that kind of reset through: status 0 when the disk made no
-# reconnect and requeued nothing, or when every reset the driver logged for NAME began with a
-# flush, no work request completed with an error of its own, and reconnects did not exceed the
-# resets logged. Uses DK_CS (dk_csnap first); sets DK_RESETS, a text for the TAP line.
+# A healthy link sees no connection reset, and tests 60 and 62 allow none. The resets these
+# tests used to see (in 9 of 21 runs of test 60) were soft-RoCE's, not the driver's: when the
+# client's QP retransmitted a request (a datagram of the link lost on the host), rxe's
+# requester ran again the REG_MRs queued behind it, which had run already; the MR of each was
+# valid, not free, so the REG_MR failed ("rxe_reg_fast_mr: ... not free" with rxe's debug
+# messages on) and the QP went to the error state, its error status lost to the flush of
+# every work request. The test bed's kernel carries the fix
+# (selftests/kernel/patches/0004-rxe-retry-does-not-repeat-local-operations.patch).
+# dk_resets_ok NAME: status 0 when the disk NAME reset no connection: no "resetting the
+# connection" line of its queues and no work request completed with an error in the compute
+# VM's kernel log since the test's dk_load (DK_KMSG_MARK), and reconnects=0 and requeued=0.
+# The log is read first, always: a reset the counters do not show fails too. Uses DK_CS
+# (dk_csnap first); sets DK_RESETS, a text for the TAP line. On a reset it prints what each
+# side logged around it, and every soft-RoCE counter that is not 0 on each side.
 dk_resets_ok() {
-  local name=$1 counts resets flushed failed send_err
-  counts=$(on compute "dmesg | awk '
-    /$name: queue [0-9]* \\(RDMA, set [0-9]*\\): .*resetting the connection/ {
+  local name=$1 counts resets= flushed= failed= send_err
+  counts=$(on compute "dmesg | awk -v mark='${DK_KMSG_MARK:-}' '
+    mark != \"\" && index(\$0, mark) { n = 0; f = 0; e = 0 }
+    /$name: queue [0-9]* \\((RDMA|TCP), set [0-9]*\\): .*resetting the connection/ {
       n++; if (/: (a (Send|Receive) failed or was flushed|a (REG_MR|LOCAL_INV) failed); resetting/) f++ }
     /$name: queue [0-9]*: (Send of slot [0-9]* failed:|a Receive failed:|(REG_MR|LOCAL_INV) of slot [0-9]* failed \\(status)/ { e++ }
     END { print n + 0, f + 0, e + 0 }'")
   read -r resets flushed failed <<<"$counts"
-  # soft-RoCE moves a QP to the error state when it cannot hand a packet to the network
-  # stack (a full qdisc, a device down), and reports that only in its send_err counter. The
-  # resets recorded so far had send_err=0. They came with the client's responder seeing the
-  # target's requests out of sequence (compute out_of_seq_request and duplicate_request,
-  # storage rcvd_seq_err and completer_retry_err: printed below), and the same with the
-  # target's ACK timeout raised to 4.3 s. The VMs' NICs dropped nothing. Why soft-RoCE sees
-  # a gap, and why a replay then errors the QP, is not found.
   send_err=$(on compute "rdma statistic show link rxe0/1 2>/dev/null" | sed -n 's/.* send_err \([0-9]*\).*/\1/p')
-  DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?}, begun by a flush ${flushed:-?}, completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
-  n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0 && return 0
-  # A reset happened: what each side logged around it, and every soft-RoCE counter that is
-  # not 0 on each side, so the next one can be attributed.
-  on compute "dmesg | grep -E '$name: queue [0-9]*' | tail -n 12" | indent "compute: "
+  DK_RESETS="reconnects=$(cstat reconnects) requeued=$(cstat requeued); resets logged ${resets:-?} (begun by a flush ${flushed:-?}), completions with an error ${failed:-?}; rxe0 send_err=${send_err:-?}"
+  n_eq "${resets:-x}" 0 && n_eq "${failed:-x}" 0 && n_eq "$(cstat reconnects)" 0 && n_eq "$(cstat requeued)" 0 &&
+    return 0
+  on compute "dmesg | grep -E '$name: queue [0-9]*|rxe' | tail -n 12" | indent "compute: "
   on storage "grep -vE 'rdma listening|tcp listening|^[a-z_0-9]+=[0-9]+$' $DK_TLOG 2>/dev/null | tail -n 12" | indent "target log: "
   for vm in compute storage; do
     on $vm "rdma statistic show link rxe0/1 2>/dev/null" | tr ' ' '\n' |
       awk 'p { if ($1 != "0") printf "%s=%s ", k, $1; p = 0; next } /^[a-z_]+$/ && $1 != "link" { k = $1; p = 1 }
         END { print "" }' | indent "$vm rxe0: "
   done
-  n_eq "${resets:-x}" "${flushed:-y}" && n_eq "${failed:-x}" 0 && n_le "$(cstat reconnects)" "$resets"
+  return 1
 }
 
 # dk_stuck_tasks: prints the compute VM's tasks in D state at two looks 5 s apart (kernel
