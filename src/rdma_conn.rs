@@ -30,10 +30,12 @@ use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
 /// Address and route resolution each; shorter than any budget so that an unreachable host is
 /// reported as such rather than as the budget running out.
 const RESOLVE_MS: u32 = 3_000;
-/// Local ACK timeout exponent: 4.096 us * 2^20, about 4.3 s. Under load (and in emulated test
-/// beds) a shorter one makes the peer's large RDMA Reads of our pages retransmit while the first
-/// response still streams; soft-RoCE then can race the replay with the region's invalidation
-/// and move the QP to the error state. Seven retries of 4.3 s still bound a dead peer.
+/// Local ACK timeout exponent: 4.096 us * 2^20, about 4.3 s, so that a slow link retransmits
+/// rarely: soft-RoCE without the bed's patch 0004 (selftests/kernel/patches) fails the QP on a
+/// retransmission that passes a REG_MR, by running the REG_MR again. (This long timeout was
+/// first chosen against a supposed race of a retried RDMA Read with the region's invalidation;
+/// tracing the resets showed retransmissions after sequence NAKs instead, and the REG_MR re-run:
+/// the patch says how.) Seven retries of 4.3 s still bound a dead peer.
 const ACK_TIMEOUT_EXP: u8 = 20;
 /// CM events kept until the connector reads them; a set-up sees a handful.
 const MAX_EVENTS: usize = 8;
