@@ -48,6 +48,9 @@ pub(crate) const DEFAULT_LOSS_TIMEOUT_S: u32 = 60;
 pub(crate) const DEFAULT_KEEPALIVE_MS: u32 = 10_000;
 /// `fast_io_fail_s` when off (the default).
 pub(crate) const FAST_IO_FAIL_OFF: u32 = u32::MAX;
+/// `loss_timeout_s` when `never` (nvme's `ctrl_loss_tmo=-1`): 0 is a deadline like any other,
+/// the first loss of the connections.
+pub(crate) const LOSS_TIMEOUT_NEVER: u32 = u32::MAX;
 /// What a normal unmap waits, at most, for the target to take the session's `Close`.
 const CLOSE_BUDGET_MS: u32 = 3_000;
 
@@ -307,6 +310,14 @@ impl DiskDev {
         self.loss_timeout_s.load(Ordering::Relaxed)
     }
 
+    /// The loss timeout in ms; `None` when it is `never`.
+    pub(crate) fn loss_ms(&self) -> Option<i64> {
+        match self.loss_timeout_s() {
+            LOSS_TIMEOUT_NEVER => None,
+            s => Some(i64::from(s) * 1000),
+        }
+    }
+
     fn deleting(&self) -> bool {
         matches!(self.state(), State::Deleting { .. })
     }
@@ -386,8 +397,8 @@ impl DiskDev {
             let c = self.ctrl.lock();
             matches!(c.state, State::Deleting { force: true } | State::Failed)
         };
-        let loss_ms = i64::from(self.loss_timeout_s()) * 1000;
-        let overdue = !fail && !switch && rq.pdu().age_ms() > loss_ms;
+        let overdue =
+            !fail && !switch && self.loss_ms().is_some_and(|loss| rq.pdu().age_ms() > loss);
         if overdue {
             pr_err!(
                 "{}: a request of {} bytes at sector {} is still unanswered {} ms after it was first sent (loss_timeout_s): failing it\n",

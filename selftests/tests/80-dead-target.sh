@@ -7,8 +7,11 @@
 #   A. the target is killed (SIGKILL) and never restarted;
 #   B. (a fresh target and mapping) the target is frozen (SIGSTOP, its connections up) and never
 #      resumed.
-# And C: fast_io_fail_s=3 with loss_timeout_s=120: the target killed, I/O fails after about 3 s
-# while the disk keeps reconnecting; the target restarted: the disk is live again and I/O works.
+# And C: fast_io_fail_s=3 with loss_timeout_s=never (written as -1, nvme's ctrl_loss_tmo): the
+# target killed, I/O fails after about 3 s while the disk keeps reconnecting, and still does
+# 25 s on; the target restarted: the disk is live again and I/O works. Then loss_timeout_s=0:
+# the target killed again, the disk fails at once, at the first loss, as the knob's
+# documentation says.
 #
 # Acceptance (A and B): within loss_timeout_s + 30 s of the death, dd's fsync and fio fail
 # (non-zero exits), no task is left in D state, the disk is `failed` and stops reconnecting
@@ -34,8 +37,10 @@ back=$(dk_backing fast 64M)
 dk_target_start --export "vol0=$back" >/dev/null && dk_load && dk_map_disk d80fast vol0
 if res $? "[fast] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
   dev=$DK_DEV
-  tr_set "$dev" loss_timeout_s=120 fast_io_fail_s=3 io_timeout_ms=120000 keepalive_ms=2000
-  res $? "[fast] fast_io_fail_s=3, loss_timeout_s=120"
+  tr_set "$dev" fast_io_fail_s=3 io_timeout_ms=120000 keepalive_ms=2000 >/dev/null
+  out=$(on compute "cd /sys/block/$dev/rdmadisk && echo -1 >loss_timeout_s && cat loss_timeout_s" 2>&1)
+  [ "$out" = never ]
+  res $? "[fast] fast_io_fail_s=3; loss_timeout_s=-1 reads back '${out//$'\n'/ }' (want never)"
   on storage "kill -KILL \$(cat $DK_TPID)" >/dev/null
   t0=$SECONDS
   out=$(dk_timed fastio 60 "t0=\$(date +%s%N); dd if=/dev/$dev of=/dev/null bs=4k count=1 iflag=direct skip=100 2>&1; echo dd=\$? ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))")
@@ -55,11 +60,26 @@ if res $? "[fast] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
   is_num "$ms" && is_num "$fast" && (( fast >= 3000 && fast <= 10000 && ms <= fast + 500 )) &&
     grep -q '^reconnecting$' <<<"$st" && grep -q 'fast_io_fails=1' <<<"$st"
   res $? "[fast] I/O fails ${fast:-?} ms into the outage by the kernel's log (fast_io_fail_s=3: 3000-10000), a read issued meanwhile after ${ms:-?} ms, the disk still reconnecting (${st//$'\n'/, })"
+  sleep $((t0 + 25 - SECONDS > 0 ? t0 + 25 - SECONDS : 0))
+  st=$(tr_get "$dev" state)
+  [ "$st" = reconnecting ] && ! tr_kmsg_since | grep -q 'd80fast: no connection for .*loss_timeout_s'
+  res $? "[fast] loss_timeout_s=never: $((SECONDS - t0)) s into the outage the disk is still '$st' (want reconnecting), nothing failed it"
   dk_target_start --export "vol0=$back" >/dev/null
   tr_wait back "$dev" 90 any
   res $? "[fast] the target restarted: the disk is live again ($TR_WAIT)"
   dk_fio after "--name=after --filename=/dev/$dev --rw=randwrite --bs=4k --size=1M --iodepth=4 --verify=crc32c --do_verify=1"
   res $? "[fast] I/O works again: $FIO_SUM"
+  tr_dmesg_mark
+  tr_set "$dev" loss_timeout_s=0 >/dev/null
+  on storage "kill -KILL \$(cat $DK_TPID)" >/dev/null
+  t0=$SECONDS
+  st=$(dk_timed zero 60 "$DK_VM_DEFS
+a=/sys/block/$dev/rdmadisk; end=\$((EPOCHSECONDS + 30)); s=
+while [ \$EPOCHSECONDS -lt \$end ]; do read -r s <\$a/state; [ \"\$s\" = failed ] && break; pause 0.2; done
+echo \$s" | head -n1)
+  n=$(tr_kmsg_since | grep -c 'd80fast: no connection for 0 s (loss_timeout_s)')
+  [ "$st" = failed ] && n_eq "$n" 1
+  res $? "[fast] loss_timeout_s=0: the target killed again, the disk is '$st' after $((SECONDS - t0)) s (want failed, at the first loss, without reconnecting; $n kernel line saying so)"
 fi
 tr_splat_check
 dk_cleanup

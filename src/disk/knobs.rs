@@ -8,7 +8,7 @@
 use core::{fmt::Write, sync::atomic::Ordering};
 use kernel::{c_str, prelude::*, sync::Arc};
 
-use super::{DiskDev, State, FAST_IO_FAIL_OFF};
+use super::{DiskDev, State, FAST_IO_FAIL_OFF, LOSS_TIMEOUT_NEVER};
 use crate::kapi::blk_mq::{DiskAttr, DiskAttrs};
 use crate::kapi::sysfs::ShowBuf;
 use crate::proto::knobs::{self, Setting, Values};
@@ -28,7 +28,7 @@ fn parse(who: &str, knob: &str, values: Values, input: &[u8]) -> Result<Setting>
 fn parse_number(who: &str, knob: &str, values: Values, input: &[u8]) -> Result<u32> {
     match parse(who, knob, values, input)? {
         Setting::Number(n) => Ok(n),
-        Setting::Off | Setting::Word(_) => Err(EINVAL),
+        Setting::Off | Setting::Never | Setting::Word(_) => Err(EINVAL),
     }
 }
 
@@ -128,11 +128,18 @@ impl DiskDev {
     }
 
     fn show_loss_timeout(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.loss_timeout_s())
+        match self.loss_timeout_s() {
+            LOSS_TIMEOUT_NEVER => show_value(out, "never"),
+            s => show_value(out, s),
+        }
     }
 
     fn store_loss_timeout(self: &Arc<Self>, input: &[u8]) -> Result {
-        let s = parse_number(self.name(), "loss_timeout_s", knobs::LOSS_TIMEOUT_S, input)?;
+        let s = match parse(self.name(), "loss_timeout_s", knobs::LOSS_TIMEOUT_S, input)? {
+            Setting::Number(s) => s,
+            Setting::Never => LOSS_TIMEOUT_NEVER,
+            Setting::Off | Setting::Word(_) => return Err(EINVAL),
+        };
         self.loss_timeout_s.store(s, Ordering::Relaxed);
         // A nap until the old deadline ends now.
         self.kick();
@@ -149,7 +156,7 @@ impl DiskDev {
     fn store_fast_io_fail(self: &Arc<Self>, input: &[u8]) -> Result {
         let s = match parse(self.name(), "fast_io_fail_s", knobs::FAST_IO_FAIL_S, input)? {
             Setting::Number(s) => s,
-            Setting::Off | Setting::Word(_) => FAST_IO_FAIL_OFF,
+            Setting::Off | Setting::Never | Setting::Word(_) => FAST_IO_FAIL_OFF,
         };
         self.fast_io_fail_s.store(s, Ordering::Relaxed);
         if s == FAST_IO_FAIL_OFF {

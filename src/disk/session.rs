@@ -160,7 +160,8 @@ impl DiskDev {
     }
 
     pub(super) fn loss_expired(&self, since_ms: i64) -> bool {
-        now_ms() - since_ms > i64::from(self.loss_timeout_s()) * 1000
+        self.loss_ms()
+            .is_some_and(|loss| now_ms() - since_ms > loss)
     }
 
     /// Tears down an installed set that is incomplete or has a failed connection: its
@@ -338,11 +339,13 @@ impl DiskDev {
     fn budget_ms(&self) -> u32 {
         let full = CONNECT_BUDGET_MS.saturating_mul(u32::from(self.info.nr_queues));
         match self.state() {
-            State::Reconnecting { since_ms } => {
-                let loss_ms = i64::from(self.loss_timeout_s()) * 1000;
-                let left = since_ms + loss_ms - now_ms();
-                (left.clamp(0, i64::from(full)) as u32).max(CONNECT_BUDGET_MIN_MS)
-            }
+            State::Reconnecting { since_ms } => match self.loss_ms() {
+                Some(loss_ms) => {
+                    let left = since_ms + loss_ms - now_ms();
+                    (left.clamp(0, i64::from(full)) as u32).max(CONNECT_BUDGET_MIN_MS)
+                }
+                None => full,
+            },
             _ => full,
         }
     }
@@ -565,8 +568,9 @@ impl DiskDev {
         let mut ms = i64::from(ms);
         if let State::Reconnecting { since_ms } = self.state() {
             let now = now_ms();
-            let loss = since_ms + i64::from(self.loss_timeout_s()) * 1000 - now;
-            ms = ms.min(loss.max(0) + 1);
+            if let Some(loss_ms) = self.loss_ms() {
+                ms = ms.min((since_ms + loss_ms - now).max(0) + 1);
+            }
             let fast = self
                 .fast_io_fail_s
                 .load(core::sync::atomic::Ordering::Relaxed);

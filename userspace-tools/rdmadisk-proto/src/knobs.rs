@@ -20,6 +20,9 @@ pub enum Values {
     OffOrRange { min: u32, max: u32 },
     /// `off`, or a whole number in `min..=max`.
     WordOffOrRange { min: u32, max: u32 },
+    /// `never` (also written `-1`, as nvme's `ctrl_loss_tmo`), or a whole number in
+    /// `min..=max`.
+    NeverOrRange { min: u32, max: u32 },
     /// A whole number in `min..=max` that is a multiple of `step`.
     Multiple { min: u32, max: u32, step: u32 },
     /// One of these words.
@@ -38,7 +41,7 @@ pub const IO_TIMEOUT_MS: Values = Values::Range {
     min: 1_000,
     max: 600_000,
 };
-pub const LOSS_TIMEOUT_S: Values = Values::Range {
+pub const LOSS_TIMEOUT_S: Values = Values::NeverOrRange {
     min: 0,
     max: 86_400,
 };
@@ -85,7 +88,7 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "loss_timeout_s",
         values: LOSS_TIMEOUT_S,
-        help: "s of outage after which waiting I/O fails (0: never)",
+        help: "s of outage after which the disk fails for good (0: at the first loss, never or -1: never)",
     },
     Knob {
         name: "fast_io_fail_s",
@@ -160,6 +163,8 @@ pub enum Setting {
     Number(u32),
     /// `off` of a [`Values::WordOffOrRange`] knob.
     Off,
+    /// `never` (or `-1`) of a [`Values::NeverOrRange`] knob.
+    Never,
     /// The index of the word in a [`Values::Words`] list.
     Word(usize),
 }
@@ -181,6 +186,10 @@ impl Values {
                     n(min, max).map(Setting::Number)
                 }
             }
+            Values::NeverOrRange { min, max } => match input.trim_ascii() {
+                b"never" | b"-1" => Some(Setting::Never),
+                _ => n(min, max).map(Setting::Number),
+            },
             Values::Multiple { min, max, step } => n(min, max)
                 .filter(|v| v.checked_rem(step) == Some(0))
                 .map(Setting::Number),
@@ -200,6 +209,9 @@ impl core::fmt::Display for Values {
             Values::OffOrRange { min, max } => write!(f, "0 (off) or {min} to {max}"),
             Values::WordOffOrRange { min, max } => {
                 write!(f, "'off' or a whole number from {min} to {max}")
+            }
+            Values::NeverOrRange { min, max } => {
+                write!(f, "'never' (or -1) or a whole number from {min} to {max}")
             }
             Values::Multiple { min, max, step } => {
                 write!(f, "a multiple of {step} from {min} to {max}")
@@ -244,6 +256,33 @@ mod tests {
         assert_eq!(INLINE_MAX.parse(b"8192"), None);
         assert_eq!(TRANSPORT.parse(b"tcp\n"), Some(Setting::Word(2)));
         assert_eq!(TRANSPORT.parse(b"TCP"), None);
+    }
+
+    /// nvme's `ctrl_loss_tmo`: -1 is "never", 0 is a number like any other (fail at the first
+    /// loss), and nothing else below 0 is taken.
+    #[test]
+    fn loss_timeout_has_a_never_of_its_own() {
+        assert_eq!(LOSS_TIMEOUT_S.parse(b"never\n"), Some(Setting::Never));
+        assert_eq!(LOSS_TIMEOUT_S.parse(b" -1 \n"), Some(Setting::Never));
+        assert_eq!(LOSS_TIMEOUT_S.parse(b"0\n"), Some(Setting::Number(0)));
+        assert_eq!(
+            LOSS_TIMEOUT_S.parse(b"86400"),
+            Some(Setting::Number(86_400))
+        );
+        assert_eq!(LOSS_TIMEOUT_S.parse(b"86401"), None);
+        assert_eq!(LOSS_TIMEOUT_S.parse(b"-2"), None);
+        assert_eq!(LOSS_TIMEOUT_S.parse(b"-0"), None);
+        assert_eq!(LOSS_TIMEOUT_S.parse(b"Never"), None);
+        assert_eq!(LOSS_TIMEOUT_S.parse(b"never never"), None);
+        assert_eq!(
+            LOSS_TIMEOUT_S.to_string(),
+            "'never' (or -1) or a whole number from 0 to 86400"
+        );
+        let help = knob("loss_timeout_s").map(|k| k.help).unwrap_or_default();
+        assert!(
+            help.contains("0: at the first loss") && help.contains("never"),
+            "{help}"
+        );
     }
 
     #[test]

@@ -136,6 +136,16 @@ mod tests {
             check("fast_io_fail_s", "off").unwrap().name,
             "fast_io_fail_s"
         );
+        for never in ["never", "-1", "0"] {
+            assert_eq!(
+                check("loss_timeout_s", never).unwrap().name,
+                "loss_timeout_s"
+            );
+        }
+        assert_eq!(
+            invalid("loss_timeout_s", "-2"),
+            "invalid value '-2' for loss_timeout_s: expected 'never' (or -1) or a whole number from 0 to 86400"
+        );
         assert_eq!(
             invalid("max_credits", "65"),
             "invalid value '65' for max_credits: expected a whole number from 1 to 64"

@@ -111,7 +111,9 @@ enum Command {
         disk: String,
         /// The knob, e.g. max_credits, io_timeout_ms, transport
         knob: String,
-        /// The new value; it is checked against the knob's range first
+        /// The new value; it is checked against the knob's range first (-1 is a value:
+        /// loss_timeout_s takes it for never)
+        #[arg(allow_hyphen_values = true)]
         value: String,
     },
     /// Switch a disk's transport, optionally waiting until I/O runs on it
@@ -387,6 +389,17 @@ mod tests {
                 assert_eq!(
                     (disk.as_str(), to, wait),
                     ("/dev/rdmadisk0", knobs::Target::Tcp, Some(5))
+                );
+            }
+            c => panic!("{c:?}"),
+        }
+        let cli =
+            Cli::try_parse_from(["rdmadiskctl", "set", "d0", "loss_timeout_s", "-1"]).unwrap();
+        match cli.command {
+            Command::Set { disk, knob, value } => {
+                assert_eq!(
+                    (disk.as_str(), knob.as_str(), value.as_str()),
+                    ("d0", "loss_timeout_s", "-1")
                 );
             }
             c => panic!("{c:?}"),
