@@ -63,6 +63,7 @@ u64 rdmadisk_blk_rq_pos(const struct request *rq);
 unsigned int rdmadisk_blk_rq_bytes(const struct request *rq);
 unsigned int rdmadisk_req_op(const struct request *rq);
 unsigned short rdmadisk_blk_rq_nr_phys_segments(struct request *rq);
+bool rdmadisk_blk_mq_rq_in_flight(struct request *rq);
 int rdmadisk_blk_rq_map_sg(struct request_queue *q, struct request *rq,
 			   struct scatterlist *sglist);
 bool rdmadisk_bio_has_data(struct bio *bio);

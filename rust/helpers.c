@@ -110,6 +110,11 @@ unsigned short rdmadisk_blk_rq_nr_phys_segments(struct request *rq)
 	return blk_rq_nr_phys_segments(rq);
 }
 
+bool rdmadisk_blk_mq_rq_in_flight(struct request *rq)
+{
+	return blk_mq_rq_state(rq) == MQ_RQ_IN_FLIGHT;
+}
+
 int rdmadisk_blk_rq_map_sg(struct request_queue *q, struct request *rq,
 			   struct scatterlist *sglist)
 {

@@ -691,10 +691,14 @@ impl Driver for DiskDev {
     fn timeout(&self, rq: &RqRef<'_, Pdu>) -> TimeoutAction {
         let q = self.queue(rq.hw_queue());
         // A poll queue nobody polls may hold the answer already (the health check reaps only
-        // a settled connection set): reap it, and give the request a new timer rather than
-        // reset a connection that works.
-        if q.as_ref().is_some_and(|q| q.poll() > 0) {
-            return TimeoutAction::ResetTimer;
+        // a settled connection set): reap it. Only a reap that ended this very request spares
+        // its connection; other requests' completions say nothing about it, and while polled
+        // I/O flows there nearly always are some.
+        if let Some(q) = q.as_ref() {
+            q.reap_all();
+        }
+        if !rq.in_flight() {
+            return TimeoutAction::Done;
         }
         Stats::inc(&self.info.stats.timeouts);
         pr_warn!(

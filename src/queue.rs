@@ -62,6 +62,15 @@ impl Queue {
         }
     }
 
+    /// Reaps a poll queue's CQ empty; returns how many completions that took (0 on TCP and on
+    /// interrupt-driven queues, whose completions need no reaping).
+    pub(crate) fn reap_all(&self) -> u32 {
+        match self {
+            Queue::Rdma(q) => q.reap_all(),
+            Queue::Tcp(_) => 0,
+        }
+    }
+
     pub(crate) fn fail_timeout(&self) {
         match self {
             Queue::Rdma(q) => q.fail_timeout(),

@@ -458,6 +458,20 @@ impl RdmaQueue {
         n
     }
 
+    /// Reaps a poll queue until its CQ is empty (or a CQ's worth was handled); returns how
+    /// many. For the timeout handler, which must know whether a request's answer is in.
+    pub(crate) fn reap_all(&self) -> u32 {
+        let mut n = 0;
+        while n < SEND_WR + RECV_WR + 2 {
+            let k = self.poll();
+            n += k;
+            if k < REAP_BUDGET {
+                break;
+            }
+        }
+        n
+    }
+
     fn name(&self) -> &str {
         self.host.info().name()
     }

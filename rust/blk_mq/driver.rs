@@ -18,6 +18,10 @@ use super::request::{Area, BlkStatus, Rq, RqRef};
 pub(crate) enum TimeoutAction {
     /// Re-arm the request's timer (`BLK_EH_RESET_TIMER`): the driver still expects it to finish.
     ResetTimer,
+    /// The request is no longer the driver's (`BLK_EH_DONE`): it ended or was requeued while
+    /// the timer expired, so no timer is left to re-arm (a requeued request gets a new one
+    /// when it is dispatched again).
+    Done,
 }
 
 /// The driver's hooks. One `Arc<Self>` is the tag set's driver data and the queue's queuedata.
@@ -226,6 +230,7 @@ impl<D: Driver> Ops<D> {
         };
         match driver.timeout(&r) {
             TimeoutAction::ResetTimer => b::blk_eh_timer_return_BLK_EH_RESET_TIMER,
+            TimeoutAction::Done => b::blk_eh_timer_return_BLK_EH_DONE,
         }
     }
 

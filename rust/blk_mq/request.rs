@@ -490,4 +490,12 @@ impl<P> RqRef<'_, P> {
         // SAFETY: blk-mq pins the request for the duration of the borrow.
         unsafe { raw::hw_queue(self.ptr.as_ptr()) }
     }
+
+    /// Whether the driver still owns the I/O (`MQ_RQ_IN_FLIGHT`): false once it was ended or
+    /// requeued, for instance by a completion reaped since the timer expired.
+    pub(crate) fn in_flight(&self) -> bool {
+        // SAFETY: blk-mq pins the request for the duration of the borrow; its state is read
+        // with `READ_ONCE`, as blk-mq reads it while the owner may change it.
+        unsafe { b::rdmadisk_blk_mq_rq_in_flight(self.ptr.as_ptr()) }
+    }
 }
