@@ -30,7 +30,8 @@ pub(crate) enum Fault {
     /// A write goes out with a wrong data CRC (the target refuses it; it is retried). Never on
     /// a request's last try.
     CorruptWriteCrc,
-    /// Registering a request's pages fails (the request waits and is tried again).
+    /// Mapping a request's pages for the RDMA device fails, where a real DMA-mapping failure
+    /// does, and is handled as one (the request waits and is tried again).
     FailMrReg,
     /// A request's RDMA queue pair is moved to the error state right after it is posted.
     QpError,

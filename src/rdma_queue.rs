@@ -659,16 +659,17 @@ impl RdmaQueue {
         req: &mut Request,
     ) -> core::result::Result<Option<DiskRq>, (Error, Option<DiskRq>, KBox<Msg<SendCtx>>, bool)>
     {
-        if info.faults.hit(Fault::FailMrReg) {
-            // As a failed `ib_map_mr_sg` would: the request waits and is tried again.
-            return Err((EAGAIN, Some(rq), msg, false));
-        }
         let mut msg = msg;
         // The buffer may have room for inline data; this Send carries the request only.
         if let Err(e) = msg.set_len(REQUEST_LEN) {
             return Err((e, Some(rq), msg, false));
         }
-        let data = match DmaRq::map(rq, &conn.dev, access) {
+        let mapped = if info.faults.hit(Fault::FailMrReg) {
+            Err((rq, ENOMEM))
+        } else {
+            DmaRq::map(rq, &conn.dev, access)
+        };
+        let data = match mapped {
             Ok(d) => d,
             Err((rq, e)) => {
                 pr_warn!("{}: mapping a request failed: {e:?}\n", info.name());
