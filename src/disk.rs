@@ -382,6 +382,11 @@ impl DiskDev {
         }
     }
 
+    /// Whether `rq` was first given to a connection more than `loss_timeout_s` ago.
+    fn overdue(&self, rq: &DiskRq) -> bool {
+        self.loss_ms().is_some_and(|loss| rq.pdu().age_ms() > loss)
+    }
+
     fn fail_rq(&self, rq: DiskRq) -> core::result::Result<(), (DiskRq, BlkStatus)> {
         Stats::inc(&self.info.stats.io_errors);
         Err((rq, BlkStatus::IoErr))
@@ -397,8 +402,7 @@ impl DiskDev {
             let c = self.ctrl.lock();
             matches!(c.state, State::Deleting { force: true } | State::Failed)
         };
-        let overdue =
-            !fail && !switch && self.loss_ms().is_some_and(|loss| rq.pdu().age_ms() > loss);
+        let overdue = !fail && !switch && self.overdue(&rq);
         if overdue {
             pr_err!(
                 "{}: a request of {} bytes at sector {} is still unanswered {} ms after it was first sent (loss_timeout_s): failing it\n",
@@ -678,10 +682,23 @@ impl Driver for DiskDev {
             Some(q) => {
                 rq.pdu().posting(stamp);
                 let first = rq.pdu().sending(now_ns / 1_000_000);
-                q.submit(rq).inspect_err(|(rq, _)| {
-                    if first {
-                        rq.pdu().unsent();
+                q.submit(rq).or_else(|(rq, st)| {
+                    if !rq.pdu().take_map_failed() {
+                        // A wait (a credit, a connection resetting) is no try.
+                        if first {
+                            rq.pdu().unsent();
+                        }
+                    } else if self.overdue(&rq) {
+                        pr_err!(
+                            "{}: a request of {} bytes at sector {} could not be mapped for the device for {} ms (loss_timeout_s): failing it\n",
+                            self.name(),
+                            rq.bytes(),
+                            rq.sector(),
+                            rq.pdu().age_ms()
+                        );
+                        return self.fail_rq(rq);
                     }
+                    Err((rq, st))
                 })
             }
             None => Err((rq, BlkStatus::Resource)),

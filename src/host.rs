@@ -42,6 +42,9 @@ pub(crate) struct Pdu {
     /// hand-over to a connection.
     dispatched_ns: AtomicI64,
     posted_ns: AtomicI64,
+    /// The connection took the I/O but could not map its pages for the device: it waits,
+    /// with its clock running (see [`Pdu::take_map_failed`]).
+    map_failed: AtomicBool,
 }
 
 impl Pdu {
@@ -51,6 +54,7 @@ impl Pdu {
             sent_ms: AtomicI64::new(0),
             dispatched_ns: AtomicI64::new(0),
             posted_ns: AtomicI64::new(0),
+            map_failed: AtomicBool::new(false),
         }
     }
 
@@ -87,6 +91,19 @@ impl Pdu {
         self.sent_ms.store(0, Ordering::Relaxed);
     }
 
+    /// The connection could not map the I/O's pages for its device (it hands the I/O back to
+    /// wait).
+    pub(crate) fn note_map_failed(&self) {
+        self.map_failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the connection handed the I/O back because its pages could not be mapped: a
+    /// failure of the I/O, unlike a wait for a credit or a connection, so its clock keeps
+    /// running and `loss_timeout_s` bounds the retries.
+    pub(crate) fn take_map_failed(&self) -> bool {
+        self.map_failed.swap(false, Ordering::Relaxed)
+    }
+
     /// How long ago the I/O was first given to a connection, in ms (0 if never).
     pub(crate) fn age_ms(&self) -> i64 {
         match self.sent_ms.load(Ordering::Relaxed) {
@@ -98,6 +115,41 @@ impl Pdu {
 
 /// A request of an rdmadisk.
 pub(crate) type DiskRq = Rq<Pdu>;
+
+/// At most one log line per interval, for a failure that can repeat every few ms; counts the
+/// lines it held back.
+pub(crate) struct RateLimit {
+    /// When the last line went out (ms, ktime; 0: never).
+    last_ms: AtomicI64,
+    held: AtomicU32,
+}
+
+impl RateLimit {
+    pub(crate) const fn new() -> Self {
+        Self {
+            last_ms: AtomicI64::new(0),
+            held: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether a line may go out now (`interval_ms` after the last one); if so, how many were
+    /// held back since.
+    pub(crate) fn allow(&self, interval_ms: i64) -> Option<u32> {
+        let now = now_ms().max(1);
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now - last >= interval_ms;
+        if !due
+            || self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.held.swap(0, Ordering::Relaxed))
+    }
+}
 
 /// A connection in log lines: its disk's name and its hardware queue.
 #[derive(Clone, Copy)]

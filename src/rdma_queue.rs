@@ -30,7 +30,7 @@ use kernel::{new_spinlock, prelude::*, sync::Arc, sync::SpinLock};
 
 use crate::authn;
 use crate::faults::Fault;
-use crate::host::{now_ms, ConnId, DiskRq, Pdu, QueueHost, QueueName};
+use crate::host::{now_ms, ConnId, DiskRq, Pdu, QueueHost, QueueName, RateLimit};
 use crate::io;
 use crate::kapi::blk_mq::BlkStatus;
 use crate::kapi::delay::sleep_ms;
@@ -49,6 +49,8 @@ use crate::rdma_conn::{self, Conn, ConnEvents, ConnSpec, Watcher};
 use crate::stats::Stats;
 use crate::telemetry::{Op, Via};
 
+/// Least time between two log lines about requests whose pages could not be mapped.
+const MAP_WARN_INTERVAL_MS: i64 = 5_000;
 /// Tags per hardware queue (and so Send buffers, MRs and receives per connection).
 pub(crate) const QUEUE_DEPTH: u16 = crate::proto::knobs::QUEUE_DEPTH;
 /// Most completions one poll of a poll queue handles: the handlers run with a spinlock held
@@ -166,6 +168,8 @@ pub(crate) struct RdmaQueue {
     reap_cq: SpinLock<Option<Arc<Cq>>>,
     #[pin]
     inner: SpinLock<Inner>,
+    /// A request whose mapping fails is tried again every few ms (blk-mq's resource delay).
+    map_warn: RateLimit,
 }
 
 /// Hears the connection's CM events (each means it is failing) and its MRs' completions.
@@ -254,6 +258,7 @@ impl RdmaQueue {
                     auth: Auth::None,
                     inline_max: 0,
                 }, "rdmadisk::rdma_queue"),
+                map_warn: RateLimit::new(),
             }),
             GFP_KERNEL,
         )?;
@@ -540,7 +545,9 @@ impl RdmaQueue {
             return Err((rq, BlkStatus::Resource));
         };
         let posted = match access {
-            Some(access) if !inline => Self::post_data(info, conn, slot, rq, access, msg, &mut req),
+            Some(access) if !inline => {
+                Self::post_data(info, &self.map_warn, conn, slot, rq, access, msg, &mut req)
+            }
             _ => Self::post_plain(conn, rq, msg, &mut req, inline),
         };
         if inline && posted.is_ok() {
@@ -648,9 +655,10 @@ impl RdmaQueue {
     /// Maps and registers `rq`'s pages and posts REG_MR + SEND. `Ok(None)`: the MR holds the
     /// request. On error: the error, the request if it came back, the message, and whether the
     /// REG_MR went out without its Send (the request is then stuck in the MR).
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn post_data(
         info: &crate::host::DiskInfo,
+        map_warn: &RateLimit,
         conn: &mut Conn<QueueWatch>,
         slot: u16,
         rq: DiskRq,
@@ -672,7 +680,15 @@ impl RdmaQueue {
         let data = match mapped {
             Ok(d) => d,
             Err((rq, e)) => {
-                pr_warn!("{}: mapping a request failed: {e:?}\n", info.name());
+                // blk-mq tries it again within milliseconds, for as long as the mapping fails:
+                // one line per interval, and the disk keeps the request's clock running.
+                rq.pdu().note_map_failed();
+                if let Some(held) = map_warn.allow(MAP_WARN_INTERVAL_MS) {
+                    pr_warn!(
+                        "{}: mapping a request's pages for the device failed: {e:?}; it waits and is tried again ({held} more such failures since the last line)\n",
+                        info.name()
+                    );
+                }
                 return Err((EAGAIN, Some(rq), msg, false));
             }
         };

@@ -5,8 +5,12 @@
 #
 # Acceptance, for every fault: it fired (its _hits counter rose), the client counted what it
 # caused (CRC errors and retries, timeouts, reconnects, connect failures), and fio finished
-# with no error and its data verified; io_errors=0 at the end; no kernel splat. Every switch
-# is off by default.
+# with no error and its data verified; no kernel splat. Every switch is off by default.
+#
+# And a mapping that keeps failing (fail_mr_reg_percent=100, loss_timeout_s=8) under one direct
+# read: blk-mq tries it again every few ms, but the read fails (EIO) once older than
+# loss_timeout_s, within loss_timeout_s + 6 s, with at most one warning per 5 s and a line
+# saying why it failed; it is the run's only I/O error.
 # timeout: 1500
 
 # shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
@@ -110,6 +114,26 @@ fault drop_response "drop_response_every=60" timeouts reconnects
 fault qp_error "qp_error_every=80" reconnects
 fault fail_connect "fail_connect_every=2 qp_error_every=80" connect_failures reconnects
 
+# A request whose pages can never be mapped.
+MAPLOSS=8
+tr_set "$dev" loss_timeout_s=$MAPLOSS >/dev/null
+tr_dmesg_mark
+ie0=$(tr_stat "$dev" io_errors)
+on compute "echo 100 >$F/fail_mr_reg_percent" >/dev/null
+out=$(dk_timed mapfail 60 "t0=\$(date +%s%N); dd if=/dev/$dev of=/dev/null bs=4k count=1 skip=100 iflag=direct 2>&1; echo dd=\$? ms=\$(( (\$(date +%s%N) - t0) / 1000000 ))")
+on compute "echo 0 >$F/fail_mr_reg_percent" >/dev/null
+printf '%s\n' "$out" | indent
+ms=$(sed -n 's/.*dd=[1-9][0-9]* ms=\([0-9]*\)/\1/p' <<<"$out")
+log=$(tr_kmsg_since)
+warns=$(grep -c "mapping a request's pages for the device failed" <<<"$log")
+why=$(grep -c 'could not be mapped for the device for .* (loss_timeout_s): failing it' <<<"$log")
+grep "mapping a request's pages\|could not be mapped" <<<"$log" | tail -n 3 | indent
+ie1=$(tr_stat "$dev" io_errors)
+is_num "$ms" && (( ms <= (MAPLOSS + 6) * 1000 )) && n_gt "$warns" 0 && (( warns <= MAPLOSS / 5 + 2 )) &&
+  n_eq "$why" 1 && n_eq "$ie1" $((${ie0:-x} + 1))
+res $? "fail_mr_reg_percent=100: a direct read failed after ${ms:-?} ms (want EIO within loss_timeout_s $MAPLOSS + 6 s); $warns warning lines (at most one per 5 s), $why saying why; io_errors ${ie0:-?} -> ${ie1:-?}"
+tr_set "$dev" loss_timeout_s=300 >/dev/null
+
 tr_set "$dev" transport=tcp && tr_wait tcp "$dev" 120 tcp
 res $? "transport=tcp: on TCP ($TR_WAIT)"
 fault fail_tcp_send "fail_tcp_send_every=40" reconnects tcp_ios
@@ -118,8 +142,8 @@ fault short_tcp_send "short_tcp_send_every=3" tcp_ios
 fault drop_response "drop_response_every=60" timeouts reconnects
 
 dk_csnap "$dev"
-n_eq "$(cstat io_errors)" 0 && [ "$(on compute "cat /sys/block/$dev/rdmadisk/state")" = live ]
-res $? "io_errors=$(cstat io_errors), state live after every fault"
+n_eq "$(cstat io_errors)" 1 && [ "$(on compute "cat /sys/block/$dev/rdmadisk/state")" = live ]
+res $? "io_errors=$(cstat io_errors) (the unmappable read's), state live after every fault"
 dk_unmap_rmmod 30 "$dev"
 res $? "unmap normal; rmmod"
 tr_splat_check
