@@ -153,6 +153,7 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
         (cfg.no_invalidate, "no_invalidate"),
         (cfg.refuse_rdma_file.is_some(), "refuse_rdma_file"),
         (cfg.stall_sector.is_some(), "stall_sector"),
+        (cfg.refuse_writes_file.is_some(), "refuse_writes_file"),
         (cfg.grant_no_credits, "grant_no_credits"),
     ] {
         if on {

@@ -227,6 +227,11 @@ pub struct Args {
     /// backing store); everything else, keepalives included, is answered as usual.
     #[arg(long, value_name = "SECTOR")]
     pub stall_sector: Option<u64>,
+    /// TEST ONLY: while this file exists, every write, discard and write-zeroes is answered
+    /// ReadOnly, as by an export that turned read-only under a client that attached it
+    /// read-write.
+    #[arg(long, value_name = "PATH")]
+    pub refuse_writes_file: Option<PathBuf>,
     /// TEST ONLY: responses grant no credits back (the Hello reply still grants the initial
     /// ones), so a client runs out of credits with nothing in flight.
     #[arg(long)]
@@ -380,6 +385,7 @@ pub struct Config {
     pub hostile: Hostile,
     pub refuse_rdma_file: Option<PathBuf>,
     pub stall_sector: Option<u64>,
+    pub refuse_writes_file: Option<PathBuf>,
     pub grant_no_credits: bool,
     pub hosts: Vec<HostKey>,
     pub exports: Vec<ExportSpec>,
@@ -842,6 +848,7 @@ impl Config {
             hostile,
             refuse_rdma_file: args.refuse_rdma_file.clone(),
             stall_sector: args.stall_sector,
+            refuse_writes_file: args.refuse_writes_file.clone(),
             grant_no_credits: args.grant_no_credits,
             hosts: hosts(args, &file, &mut p),
             exports: specs,

@@ -88,6 +88,8 @@ pub struct Limits {
     pub refuse_rdma_file: Option<std::path::PathBuf>,
     /// Test only: reads and writes covering this sector are never answered.
     pub stall_sector: Option<u64>,
+    /// Test only: while this file exists, modifying requests are answered `ReadOnly`.
+    pub refuse_writes_file: Option<std::path::PathBuf>,
     /// Test only: responses grant no credits back.
     pub grant_no_credits: bool,
 }
@@ -600,6 +602,13 @@ impl Target {
         let bs = u64::from(e.geometry.block_size);
         let aligned = matches!(req.opcode, Opcode::Flush | Opcode::Nop | Opcode::Close)
             || ((req.sector << SECTOR_SHIFT) % bs == 0 && u64::from(req.length) % bs == 0);
+        let read_only = read_only
+            || (req.opcode.modifies()
+                && self
+                    .limits
+                    .refuse_writes_file
+                    .as_ref()
+                    .is_some_and(|f| f.exists()));
         req.validate(e.capacity_sectors(), self.limits.max_io_bytes, read_only)
             .and(if aligned {
                 Ok(())

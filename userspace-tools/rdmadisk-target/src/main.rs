@@ -231,6 +231,7 @@ fn run(cfg: Config) -> Result<(), String> {
         hostile: cfg.hostile.clone(),
         refuse_rdma_file: cfg.refuse_rdma_file.clone(),
         stall_sector: cfg.stall_sector,
+        refuse_writes_file: cfg.refuse_writes_file.clone(),
         grant_no_credits: cfg.grant_no_credits,
     };
     if limits.hostile.enabled() {

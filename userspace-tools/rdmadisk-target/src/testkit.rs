@@ -42,6 +42,7 @@ pub fn limits() -> Limits {
         hostile: Default::default(),
         refuse_rdma_file: None,
         stall_sector: None,
+        refuse_writes_file: None,
         grant_no_credits: false,
     }
 }
