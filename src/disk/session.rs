@@ -36,7 +36,7 @@ use crate::kapi::errno;
 use crate::kapi::work::NoIo;
 use crate::probe;
 use crate::proto::policy::{Action, Policy, State as PState, SwitchReason, Transport};
-use crate::proto::wire::HelloReply;
+use crate::proto::wire::{features, HelloReply};
 use crate::queue::Queue;
 use crate::stats::Stats;
 
@@ -248,9 +248,13 @@ impl DiskDev {
         }
     }
 
-    /// Whether a reconnected set serves the disk that was mapped: a connection that cannot
-    /// carry the disk's largest request is refused.
-    fn check_reply(&self, _reply: &HelloReply, max_io: u32) -> Result {
+    /// Whether a reconnected set serves the disk that was mapped. The block device was built
+    /// from the first set's reply (`map.rs`), and what is queued against it must mean the same
+    /// on the new set: connections that cannot carry the disk's largest request are refused,
+    /// and so is a target that now reports another capacity (no online resize), other block
+    /// sizes, another read-only flag, or a smaller largest request. The session keeps trying;
+    /// the loss timeout bounds it.
+    fn check_reply(&self, reply: &HelloReply, max_io: u32) -> Result {
         let need = self
             .info
             .max_io_bytes
@@ -262,7 +266,54 @@ impl DiskDev {
             );
             return Err(EINVAL);
         }
-        Ok(())
+        let built = match self.attach.lock().as_ref() {
+            Some(Ok(a)) => a.reply,
+            // Mapping: this is the reply the disk will be built from.
+            _ => return Ok(()),
+        };
+        let (who, export) = (self.name(), self.info.export);
+        let mut same = true;
+        if reply.capacity_sectors != built.capacity_sectors {
+            pr_err!(
+                "{who}: the target now reports {} sectors for export {export}, not the {} the disk was mapped with: refusing the connection (a disk is not resized online: unmap it and map it again)\n",
+                reply.capacity_sectors,
+                built.capacity_sectors
+            );
+            same = false;
+        }
+        let pbs = |r: &HelloReply| r.physical_block_size.max(r.logical_block_size);
+        if reply.logical_block_size != built.logical_block_size || pbs(reply) != pbs(&built) {
+            pr_err!(
+                "{who}: the target now reports block sizes {}/{} (logical/physical) for export {export}, not the {}/{} the disk was mapped with: refusing the connection\n",
+                reply.logical_block_size,
+                pbs(reply),
+                built.logical_block_size,
+                pbs(&built)
+            );
+            same = false;
+        }
+        let ro = |r: &HelloReply| r.features & features::READ_ONLY != 0;
+        if ro(reply) != ro(&built) {
+            let name = |ro| if ro { "read-only" } else { "read-write" };
+            pr_err!(
+                "{who}: the target now serves export {export} {}, not {} as when the disk was mapped: refusing the connection\n",
+                name(ro(reply)),
+                name(ro(&built))
+            );
+            same = false;
+        }
+        if reply.max_io_bytes < need {
+            pr_err!(
+                "{who}: the target now takes requests of at most {} bytes for export {export}; the disk issues up to {need}: refusing the connection\n",
+                reply.max_io_bytes
+            );
+            same = false;
+        }
+        if same {
+            Ok(())
+        } else {
+            Err(EINVAL)
+        }
     }
 
     /// Puts `set` (of epoch `epoch`) in place of the installed one, then tears the old one
