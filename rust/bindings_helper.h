@@ -24,7 +24,7 @@
 /* Constants bindgen cannot evaluate from their macros (they cast), for rust/blk_mq.rs. */
 const blk_status_t RDMADISK_BLK_STS_OK = BLK_STS_OK;
 const blk_status_t RDMADISK_BLK_STS_NOTSUPP = BLK_STS_NOTSUPP;
-const blk_status_t RDMADISK_BLK_STS_PROTECTION = BLK_STS_PROTECTION;
+const blk_status_t RDMADISK_BLK_STS_MEDIUM = BLK_STS_MEDIUM;
 const blk_status_t RDMADISK_BLK_STS_RESOURCE = BLK_STS_RESOURCE;
 const blk_status_t RDMADISK_BLK_STS_IOERR = BLK_STS_IOERR;
 const blk_features_t RDMADISK_BLK_FEAT_WRITE_CACHE = BLK_FEAT_WRITE_CACHE;

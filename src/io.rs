@@ -178,7 +178,10 @@ pub(crate) fn finish(
             rq.pdu().crc_retries.store(0, Ordering::Relaxed);
             rq.end(match s {
                 Status::Unsupported => BlkStatus::NotSupp,
-                Status::ReadOnly => BlkStatus::Protection,
+                // As nvme maps NVME_SC_READ_ONLY: a refusal of the medium, final (ENODATA).
+                // BLK_STS_PROTECTION (EILSEQ) would say the data failed an integrity check,
+                // and BLK_STS_IOERR is a path error that multipath would retry elsewhere.
+                Status::ReadOnly => BlkStatus::Medium,
                 _ => BlkStatus::IoErr,
             });
         }

