@@ -21,7 +21,8 @@
 //!   probes): make-before-break. The new set is connected while the old one carries I/O, then
 //!   swapped in, then the old one is torn down and its requests reissued. A failed attempt
 //!   leaves the serving set alone.
-//! - **While healthy**: RDMA probes from TCP, and the connections' health checks.
+//! - **While healthy**: RDMA probes from TCP, and the connections' health checks; the latter
+//!   also while a switch to the other transport keeps failing and the old set serves on.
 //!
 //! Every new set gets the next epoch; the target fences older sets, so nothing a torn-down
 //! connection still had in flight is applied after its reissued copy (docs/design.md, the
@@ -127,7 +128,15 @@ impl DiskDev {
                         backoff = BACKOFF_FIRST_MS;
                         continue;
                     }
-                    if !self.nap(backoff) {
+                    // The set that still serves (a switch to the other transport keeps
+                    // failing) is checked as any: a target frozen meanwhile must be found
+                    // within the keepalive bound, not at the I/O timeout.
+                    let kicked = if installed.is_some() {
+                        self.nap_checking(backoff)
+                    } else {
+                        self.nap(backoff)
+                    };
+                    if !kicked {
                         backoff = (backoff * 2).min(BACKOFF_MAX_MS);
                     }
                 }
@@ -640,6 +649,22 @@ impl DiskDev {
             );
         }
         core::mem::replace(&mut *g, false)
+    }
+
+    /// As [`Self::nap`], running the connections' health checks at their interval meanwhile.
+    fn nap_checking(&self, ms: u32) -> bool {
+        let end = now_ms() + i64::from(ms);
+        loop {
+            self.check_connections();
+            let left = end - now_ms();
+            // `nap` does not sleep for a disk being deleted: the caller's loop ends it.
+            if left <= 0 || self.deleting() {
+                return false;
+            }
+            if self.nap((left.min(i64::from(u32::MAX)) as u32).min(self.check_interval_ms())) {
+                return true;
+            }
+        }
     }
 
     /// Runs every connection's health check (keepalive NOPs, a frozen peer, no credits).
