@@ -297,10 +297,15 @@ impl<H: MrOwner> MrPool<H> {
 unsafe fn slot_of<'a, H: MrOwner>(wc: *const b::ib_wc, off: usize) -> (&'a SlotHead, &'a H) {
     // SAFETY: Per the contract the CQE lies `off` bytes into a slot head (the CQE was taken
     // with `addr_of_mut!` from a live slot, so stepping back within the same boxed slot stays
-    // in its allocation). The slot lives until the pool is dropped, which `CmId::destroy_qp`
-    // does only after `ib_drain_qp` (every work request completed and its handler returned)
-    // and after the CQ, the last place a completion could come from, is freed; the handler
-    // outlives the QP (`CmId` drops it after `rdma_destroy_id`).
+    // in its allocation). The boxed slots live as long as their pool. A pool whose QP exists
+    // is released only after `CmId::destroy_qp` took it out of the id (`CmId`'s `Drop` runs
+    // that too), which it does after `ib_drain_qp` returned, so every work request posted on
+    // the QP (REG_MRs and LOCAL_INVs included) has completed and its handler has returned
+    // (the drain's own completions follow them on the QP's one CQ), and after
+    // `rdma_destroy_qp`, so nothing can be posted any more: no completion pointing into a
+    // slot is pending or can be made once the pool may go. The CQ itself is shared
+    // (`Arc<Cq>`) and may outlive the pool, holding no completion of this QP by then. The
+    // handler outlives the QP (`CmId` drops it after `rdma_destroy_id`).
     unsafe {
         let cqe = (*wc).__bindgen_anon_1.wr_cqe.cast::<u8>();
         let head = &*cqe.sub(off).cast::<SlotHead>();

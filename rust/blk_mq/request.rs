@@ -328,16 +328,24 @@ impl<P: Send + Sync> Rq<P> {
     pub(crate) fn first_dispatch(&mut self) -> bool {
         let rq = self.ptr.as_ptr();
         // SAFETY: We own the request, so it is allocated and started, and `&mut self` keeps
-        // every other user of the token away. blk-mq's own writes of `rq_flags` while the
-        // driver owns a request are plain stores too: `blk_mq_start_request` (just before
-        // `queue_rq`, on this CPU) and the timeout work, which sets and then clears
-        // `RQF_TIMED_OUT` only for a request whose timer expired. That cannot be a request
-        // being dispatched for the first time (its timer was armed an instant ago); and on a
-        // reissue the flag is already set, so this stores back exactly what it read. nvme
-        // (`nvme_setup_cmd`) and SCSI use the flag the same way.
+        // every other user of the token away. `rq_flags` is a plain word that blk-mq updates
+        // with plain read-modify-writes, under no lock: `blk_mq_start_request` ran just before
+        // `queue_rq` on this CPU (ordered before us), and the timeout work sets `RQF_TIMED_OUT`
+        // before calling the driver's `timeout` and clears it after (`blk_add_timer`), only
+        // for a request whose deadline has passed. `RQF_DONTPREP` itself only the driver sets,
+        // and only a new allocation clears. So a reissue only reads (like `READ_ONCE`: an
+        // aligned word, whose other bits may be changing, this one not). A first dispatch also
+        // writes, as `nvme_setup_cmd` does; its timer was armed for `io_timeout_ms` (at least
+        // 1 s) by `blk_mq_start_request` just before, so the timeout work meets the write only
+        // if this task is held off the CPU that long in between. Nothing here rules that out
+        // (nvme does not either); it would lose one flag bit's update, this one or blk-mq's,
+        // never tear the word.
         unsafe {
-            let first = (*rq).rq_flags & b::RDMADISK_RQF_DONTPREP == 0;
-            (*rq).rq_flags |= b::RDMADISK_RQF_DONTPREP;
+            let flags = ptr::addr_of_mut!((*rq).rq_flags);
+            let first = ptr::read_volatile(flags) & b::RDMADISK_RQF_DONTPREP == 0;
+            if first {
+                ptr::write_volatile(flags, ptr::read_volatile(flags) | b::RDMADISK_RQF_DONTPREP);
+            }
             first
         }
     }
@@ -384,21 +392,27 @@ impl<P: Send + Sync> Rq<P> {
     /// scatterlist). Nothing for a request without data. Any context; `f` may sleep where the
     /// caller may (a `kmap_local` mapping survives a context switch), e.g. in a socket call.
     ///
-    /// For a write: the data to send (stable while the request is in flight, see [`Limits`]).
-    /// For a read: only once the data is in place, never while a device may still be writing
-    /// the pages (an RDMA Write in progress).
+    /// For a write: the data to send (page-cache pages are stable while the request is in
+    /// flight, see [`Limits`]; a direct-I/O submitter's buffer is not). For a read: its data
+    /// once its response is in.
     ///
     /// [`Limits`]: super::Limits
     pub(crate) fn for_each_segment(&self, mut f: impl FnMut(&[u8])) {
         // SAFETY: We own the request, so its bios and their pages stay put; each `(addr, len)`
         // is a live `kmap_local` mapping of `len` bytes of one of those pages, valid until `f`
-        // returns. The driver itself does not write the pages while a `&self` borrow exists
-        // (its writers take `&mut self`), and by this function's contract no device is writing
-        // them. The one writer left is the submitter: an `O_DIRECT` writer may change its own
-        // buffer while the write is in flight (page-cache pages are stable, see `Limits`).
-        // That is the submitter's race, as with any checksumming device: the bytes read are
-        // plain `u8`s, every value of which is valid, and only a checksum depends on them, so
-        // at worst the CRC does not match and the request is retried or fails.
+        // returns. Nothing the driver controls writes the pages while a `&self` borrow of the
+        // token exists: an RDMA device may write them only while they are registered, and
+        // registering moves the token into its MR slot, from which it comes back only once the
+        // key is dead (`frwr.rs`); the TCP receive writes them through `for_each_segment_mut`,
+        // which takes `&mut self`. What ownership cannot stop is the submitter: a process doing
+        // direct I/O may store into its own buffer while the request is in flight (page-cache
+        // pages are stable, see `Limits`). A `&[u8]` over bytes another thread may change is a
+        // data race in Rust's memory model; the kernel's tolerates it for plain bytes, and C
+        // drivers that checksum or copy a bio's data in place (nvme-tcp's data digest) rely on
+        // the same. Lengths and addresses come from the bio, never from the bytes; the bytes
+        // only feed the data CRC and copies of the data (an inline write's Send), which the
+        // target checks against that CRC: a torn buffer costs a retry or the request, never
+        // memory.
         unsafe {
             raw::for_each_page(self.ptr.as_ptr(), |addr, len| {
                 f(core::slice::from_raw_parts(addr, len))
