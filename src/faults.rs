@@ -5,9 +5,10 @@
 //! starts at 0, and an off switch costs two relaxed loads where it is checked.
 //!
 //! Each fault has three files: `<fault>_every` (N: fire on every Nth chance; 0 off),
-//! `<fault>_percent` (P: fire with probability P% on each chance, when `_every` is 0), and
-//! `<fault>_hits` (read-only: how often it fired). `delay_ms` is how long `delay_response`
-//! holds a response (default 1000, at most 10000).
+//! `<fault>_percent` (P, 0 to 100: fire with probability P% on each chance, when `_every` is
+//! 0), and `<fault>_hits` (read-only: how often it fired). `delay_ms` is how long
+//! `delay_response` holds a response (default 1000, at most 10000). A write outside a file's
+//! range is refused (`EINVAL`, with a log line) and changes nothing.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::{c_str, str::CStr, sync::Arc};
@@ -106,11 +107,19 @@ macro_rules! fault_files {
     ($($fault:ident: $every:literal, $percent:literal, $hits:literal;)*) => {
         &[
             $(
-                File::U32(c_str!($every), |f| &f.switches[Fault::$fault as usize].every),
-                File::U32(c_str!($percent), |f| &f.switches[Fault::$fault as usize].percent),
+                File::U32(
+                    c_str!($every),
+                    |f| &f.switches[Fault::$fault as usize].every,
+                    u32::MAX,
+                ),
+                File::U32(
+                    c_str!($percent),
+                    |f| &f.switches[Fault::$fault as usize].percent,
+                    100,
+                ),
                 File::U64(c_str!($hits), |f| &f.switches[Fault::$fault as usize].hits),
             )*
-            File::U32(c_str!("delay_ms"), |f| &f.delay_ms),
+            File::U32(c_str!("delay_ms"), |f| &f.delay_ms, MAX_DELAY_MS),
         ]
     };
 }

@@ -1,7 +1,8 @@
 # Malformed control-plane input: every entry of tests/data/bad-input.tsv (map_device and probe
-# lines, and each per-disk knob: empty, whitespace, very long, binary, negative, overflowing,
-# hex, fractional, unknown and duplicate keys, out of range) is written once, as one write(2),
-# in the compute VM.
+# lines, each per-disk knob, and the fault-injection switches in debugfs: empty, whitespace,
+# very long, binary, negative, overflowing (beyond 32 bits too, which debugfs's own u32 files
+# truncate), hex, fractional, unknown and duplicate keys, out of range) is written once, as one
+# write(2), in the compute VM.
 #
 # Acceptance, for every entry: the write fails with EINVAL; exactly the kernel log lines it
 # caused name the problem (the words in the corpus); a knob keeps its value; a bad map line maps
@@ -46,7 +47,12 @@ for line in open(corpus, encoding="utf-8"):
     f, words, inp = line.rstrip("\n").split("\t", 2)
     data = codecs.escape_decode(inp.encode())[0]
     i += 1
-    path = f"{ctl}/{f}" if f in ("map_device", "probe") else f"/sys/block/{dev}/rdmadisk/{f}"
+    if f in ("map_device", "probe"):
+        path = f"{ctl}/{f}"
+    elif f.startswith("debugfs/"):
+        path = f"/sys/kernel/debug/rdmadisk/{dev}/{f[len('debugfs/'):]}"
+    else:
+        path = f"/sys/block/{dev}/rdmadisk/{f}"
     try:
         before = open(path).read()
     except OSError:
