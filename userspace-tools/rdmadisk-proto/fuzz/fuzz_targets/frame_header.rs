@@ -4,7 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rdmadisk_proto::wire::{
-    FrameHeader, FrameKind, Hello, HelloReply, Request, Response, FRAME_HEADER_LEN,
+    AuthReply, AuthRequest, FrameHeader, FrameKind, Hello, HelloReply, Request, Response,
+    FRAME_HEADER_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -37,6 +38,16 @@ fuzz_target!(|data: &[u8]| {
         FrameKind::Response => {
             if let Ok(m) = Response::decode(msg) {
                 assert_eq!(Response::decode(&m.to_bytes()), Ok(m));
+            }
+        }
+        FrameKind::Auth => {
+            if let Ok(m) = AuthRequest::decode(msg) {
+                assert_eq!(AuthRequest::decode(&m.to_bytes()), Ok(m));
+            }
+        }
+        FrameKind::AuthReply => {
+            if let Ok(m) = AuthReply::decode(msg) {
+                assert_eq!(AuthReply::decode(&m.to_bytes()), Ok(m));
             }
         }
     }

@@ -12,5 +12,6 @@ fuzz_target!(|data: &[u8]| {
     let bytes = r.to_bytes();
     assert_eq!(HelloReply::decode(&bytes), Ok(r));
     assert_eq!(bytes[..off::RESERVED0], data[..off::RESERVED0]);
-    assert_eq!(bytes[off::FEATURES..], data[off::FEATURES..HELLO_REPLY_LEN]);
+    assert_eq!(bytes[off::FEATURES..off::RESERVED1], data[off::FEATURES..off::RESERVED1]);
+    assert!(bytes[off::RESERVED1..HELLO_REPLY_LEN].iter().all(|&b| b == 0));
 });

@@ -51,7 +51,7 @@ fn reference(r: &Request, cap: u64, max_io: u32, ro: bool) -> Result<(), Status>
     if ro && modifies {
         return Err(Status::ReadOnly);
     }
-    if matches!(r.opcode, Opcode::Flush | Opcode::Nop) {
+    if matches!(r.opcode, Opcode::Flush | Opcode::Nop | Opcode::Close) {
         return if r.length == 0 {
             Ok(())
         } else {
