@@ -29,7 +29,7 @@ runs=$1 t=$2
 [ -f "$t" ] || t=$HERE/$t
 [ -f "$t" ] || { echo "repeat.sh: no test $2" >&2; exit 2; }
 [ -f "$TB_REPO/rdmadisk.ko" ] || { echo "repeat.sh: rdmadisk.ko is not built; run 'make' first" >&2; exit 2; }
-(cd "$TB_REPO/userspace-tools" && nice -n 10 cargo build -q --release -p rdmadisk-target) && export DK_BUILT=1
+(cd "$TB_REPO/userspace-tools" && nice -n 10 cargo build -q --release -p rdmadisk-target -p rdmadisk-testclient) && export DK_BUILT=1
 name=$(basename "$t" .sh)
 limit=$(sed -n 's/^# timeout: *\([1-9][0-9]*\) *$/\1/p' "$t" | head -n 1)
 limit=${TB_TEST_TIMEOUT:-${limit:-900}}

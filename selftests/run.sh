@@ -21,9 +21,9 @@ source "$HERE/vm/testbed.sh"
 
 if [ $# -gt 0 ]; then tests=("$@"); else tests=("$HERE"/tests/*.sh); fi
 [ -f "$TB_REPO/rdmadisk.ko" ] || { echo "run.sh: rdmadisk.ko is not built; run 'make' first" >&2; exit 2; }
-# The userspace target, built (or found current) once for the run instead of once per test; if
+# The userspace target and test client, built (or found current) once for the run instead of once per test; if
 # this fails, each test's dk_build tries again and reports it.
-(cd "$TB_REPO/userspace-tools" && nice -n 10 cargo build -q --release -p rdmadisk-target) && export DK_BUILT=1
+(cd "$TB_REPO/userspace-tools" && nice -n 10 cargo build -q --release -p rdmadisk-target -p rdmadisk-testclient) && export DK_BUILT=1
 
 n=0 pass=0 fail=0 stuck=
 tap() { # tap ok|not-ok DESCRIPTION

@@ -30,10 +30,7 @@ source "$TB_REPO/selftests/tests/lib/disk.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/transport.sh
 source "$TB_REPO/selftests/tests/lib/transport.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
-C=$CARGO_TARGET_DIR/release/rdmadisk-testclient
-if ! (cd "$DK_UT" && nice -n 10 cargo build -q --release -p rdmadisk-testclient) >&2; then
-  res 1 "build the test client"; return 0 2>/dev/null || exit 0
-fi
+C=$DK_CLIENT
 tr_dmesg_mark
 KEY=00112233445566778899aabbccddeeff0123456789abcdef0123456789abcdef
 OTHER=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100

@@ -15,6 +15,7 @@
 DK_ID=${TB_TEST:-disk}
 DK_UT=$TB_REPO/userspace-tools
 DK_TARGET=$CARGO_TARGET_DIR/release/rdmadisk-target
+DK_CLIENT=$CARGO_TARGET_DIR/release/rdmadisk-testclient
 DK_KO=$TB_REPO/rdmadisk.ko
 DK_CTL=/sys/class/rdmadisk/ctl
 DK_S=$TB_STORAGE_ADDR
@@ -66,10 +67,12 @@ stat_of() { V=; while IFS== read -r k x || [ -n "$k" ]; do [ "$k" = "$2" ] && V=
 
 # ---------------------------------------------------------------- the target (storage VM)
 
-dk_build() { # builds the target (a no-op when it is current or run.sh built it); reports a failure itself
+# dk_build: builds the target and the test client (a no-op when they are current or run.sh
+# built them); reports a failure itself.
+dk_build() {
   [ -n "${DK_BUILT:-}" ] && return 0
-  if ! (cd "$DK_UT" && nice -n 10 cargo build -q --release -p rdmadisk-target) >&2; then
-    echo "not ok - build the userspace target"
+  if ! (cd "$DK_UT" && nice -n 10 cargo build -q --release -p rdmadisk-target -p rdmadisk-testclient) >&2; then
+    echo "not ok - build the userspace target and test client"
     return 1
   fi
 }

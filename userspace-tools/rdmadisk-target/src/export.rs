@@ -290,21 +290,26 @@ mod tests {
         }
     }
 
+    /// A read-write export of no data, with no allow-list or key.
+    fn null_export(name: &str, exclusive: bool) -> Arc<Export> {
+        Arc::new(Export::new(
+            name,
+            Box::new(Null),
+            false,
+            None,
+            None,
+            false,
+            exclusive,
+        ))
+    }
+
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
     #[test]
     fn exclusive_read_write_is_one_host_at_a_time() {
-        let e = Arc::new(Export::new(
-            "e",
-            Box::new(Null),
-            false,
-            None,
-            None,
-            false,
-            true,
-        ));
+        let e = null_export("e", true);
         let a1 = e.hold(ip("10.0.0.1"), true).unwrap();
         let a2 = e.hold(ip("::ffff:10.0.0.1"), true).unwrap();
         assert!(e.hold(ip("10.0.0.2"), true).is_none());
@@ -320,30 +325,14 @@ mod tests {
         drop(a2);
         assert_eq!(e.holder(), None);
         assert!(e.hold(ip("10.0.0.2"), true).is_some());
-        let shared = Arc::new(Export::new(
-            "s",
-            Box::new(Null),
-            false,
-            None,
-            None,
-            false,
-            false,
-        ));
+        let shared = null_export("s", false);
         let _x = shared.hold(ip("10.0.0.1"), true).unwrap();
         assert!(shared.hold(ip("10.0.0.2"), true).is_some());
     }
 
     #[test]
     fn a_sync_settles_once_every_earlier_one_has_ended() {
-        let e = Arc::new(Export::new(
-            "e",
-            Box::new(Null),
-            false,
-            None,
-            None,
-            false,
-            true,
-        ));
+        let e = null_export("e", true);
         let w = Arc::new(Wake::new().unwrap());
         let a = e.sync_begin();
         let b = e.sync_begin();
@@ -362,15 +351,7 @@ mod tests {
         );
         assert_eq!(e.error(), Some(libc::EIO), "recorded before b may answer");
         // One whose result is never known counts as failed.
-        let f = Arc::new(Export::new(
-            "f",
-            Box::new(Null),
-            false,
-            None,
-            None,
-            false,
-            true,
-        ));
+        let f = null_export("f", true);
         drop(f.sync_begin());
         assert_eq!(f.error(), Some(libc::EIO));
         drop(later);
@@ -378,7 +359,7 @@ mod tests {
 
     #[test]
     fn errors_stick() {
-        let e = Export::new("e", Box::new(Null), false, None, None, false, true);
+        let e = null_export("e", true);
         assert_eq!(e.error(), None);
         e.record_error(libc::EIO);
         e.record_error(libc::ENOSPC);
