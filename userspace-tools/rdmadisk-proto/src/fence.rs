@@ -195,6 +195,15 @@ mod tests {
         assert_eq!(f.advance(1, 12345), Verdict::Fenced);
         assert!(f.admit_hello(1, 1, false).is_err());
         assert_eq!(f.current(), Some((99_999, 99_999 % 7)));
+        // Sessions do not wrap as epochs do: one 2^31 or more above another is still newer,
+        // and the lower one stays out.
+        for (old, new) in [(1, 1 << 31), (1, u32::MAX), (5, (1 << 31) + 6)] {
+            let mut f = Fence::new();
+            f.advance(old, 0);
+            assert_eq!(f.advance(new, 0), Verdict::Apply, "{new} after {old}");
+            assert_eq!(f.advance(old, 0), Verdict::Fenced, "{old} after {new}");
+            assert_eq!(f.admit_hello(old, 0, false), Err(Stale { floor: new }));
+        }
     }
 
     #[test]
