@@ -460,6 +460,14 @@ impl Drop for Secret {
     }
 }
 
+/// Runs `parse` over the text of a key (`buf` with the whitespace around it trimmed), then wipes
+/// `buf`, whatever `parse` returned: for key files read into memory.
+pub fn parse_then_wipe<T>(buf: &mut [u8], parse: impl FnOnce(&[u8]) -> T) -> T {
+    let r = parse(buf.trim_ascii());
+    wipe(buf);
+    r
+}
+
 /// Overwrites `buf` with zeros in a way the compiler may not drop as a dead store: for buffers
 /// that held a key (a hex text read from a file, a map line) before they are let go.
 pub fn wipe(buf: &mut [u8]) {
@@ -484,7 +492,7 @@ impl PartialEq for Secret {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::super::wire::ExportName;
+    use super::super::wire::{hello_flags, ExportName};
     use super::*;
     use std::vec::Vec;
 
@@ -749,5 +757,47 @@ mod tests {
         let mut s = Secret::from_hex(b"00112233445566778899aabbccddeeff").unwrap();
         s.wipe();
         assert!(s.as_bytes().is_empty());
+        assert!(s.bytes.iter().all(|&x| x == 0), "the key bytes themselves");
+        let mut text = *b"  00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+        let got = parse_then_wipe(&mut text, |t| Secret::from_hex(t).map(|k| k.len));
+        assert_eq!(got, Ok(32), "parsed trimmed");
+        assert!(text.iter().all(|&x| x == 0), "the text read is wiped");
+    }
+
+    /// The proof covers the Hello as sent: a transcript holds every byte of it, so a relay that
+    /// changes the flags, the session or the epoch breaks the proof.
+    #[test]
+    fn a_transcript_holds_the_whole_hello() {
+        let h = Hello {
+            flags: hello_flags::NEW_SESSION,
+            queue_id: 1,
+            queue_count: 2,
+            recv_credits: 8,
+            session_id: 77,
+            epoch: 3,
+            export: ExportName::new(b"vol0").unwrap(),
+        };
+        let ends = (
+            Endpoint::v4([10, 0, 0, 1], 1000),
+            Endpoint::v4([10, 0, 0, 2], 4420),
+        );
+        let t =
+            |h: &Hello| Transcript::new(h, [1; CHALLENGE_LEN], [2; CHALLENGE_LEN], ends.0, ends.1);
+        assert_eq!(t(&h).hello, h.to_bytes());
+        let changed = [
+            Hello { flags: 0, ..h },
+            Hello {
+                session_id: 78,
+                ..h
+            },
+            Hello { epoch: 4, ..h },
+        ];
+        for c in &changed {
+            assert_ne!(
+                proof(&[9; 32], Side::Client, &t(c)),
+                proof(&[9; 32], Side::Client, &t(&h)),
+                "{c:?}"
+            );
+        }
     }
 }

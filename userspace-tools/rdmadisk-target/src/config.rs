@@ -453,9 +453,8 @@ pub fn read_secret(whose: &str, p: &Path) -> Result<Secret, String> {
         return Err(format!("{}: readable by everyone; chmod o-r it", where_()));
     }
     let mut text = std::fs::read(p).map_err(|e| format!("{}: {e}", where_()))?;
-    let r = Secret::from_hex(text.trim_ascii()).map_err(|e| format!("{}: {e}", where_()));
-    rdmadisk_proto::auth::wipe(&mut text);
-    r
+    rdmadisk_proto::auth::parse_then_wipe(&mut text, Secret::from_hex)
+        .map_err(|e| format!("{}: {e}", where_()))
 }
 
 /// `ADDR=PATH` of `--host-key` and `--host-target-key`.
@@ -907,6 +906,31 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys come from files, never from the command line, where every user's `ps` sees them:
+    /// every option that names a secret or a key takes a path.
+    #[test]
+    fn keys_are_taken_only_as_files() {
+        fn walk(c: &clap::Command, seen: &mut usize) {
+            for a in c.get_arguments() {
+                let long = a.get_long().unwrap_or_default();
+                if long.contains("secret") || long.contains("key") {
+                    *seen += 1;
+                    let names = a.get_value_names().unwrap_or_default();
+                    assert!(
+                        names.iter().any(|n| n.ends_with("PATH")),
+                        "--{long} takes {names:?}, not a file"
+                    );
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, seen);
+            }
+        }
+        let mut seen = 0;
+        walk(&<Args as clap::CommandFactory>::command(), &mut seen);
+        assert!(seen >= 3, "only {seen} key options found");
+    }
 
     fn base() -> Args {
         Args {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use rdmadisk_proto::auth::{wipe, SECRET_MAX, SECRET_MIN};
+use rdmadisk_proto::auth::{parse_then_wipe, wipe, SECRET_MAX, SECRET_MIN};
 use rdmadisk_proto::options::{Key, OptionError, Options, DEVICE_NAME_MAX, MAX_QUEUES};
 use rdmadisk_proto::wire::EXPORT_NAME_MAX;
 
@@ -92,9 +92,9 @@ pub fn read_key(flag: &str, path: &Path) -> Result<KeyText> {
         )));
     }
     let mut raw = std::fs::read(path).map_err(io)?;
-    let text = KeyText(String::from_utf8_lossy(raw.trim_ascii()).into_owned());
-    wipe(&mut raw);
-    Ok(text)
+    Ok(parse_then_wipe(&mut raw, |t| {
+        KeyText(String::from_utf8_lossy(t).into_owned())
+    }))
 }
 
 /// The keys `map_device` requires.
