@@ -89,11 +89,16 @@ fn without_a_key_only_reserved_ports_attach() {
 
 /// An attacker on the client host (no key, an ordinary port) sends Hellos with made-up
 /// sessions and raw NOPs: it is refused, builds no fence, and the real disk goes on writing.
+/// Half the attempts come from the real client's address (whose fence they must not move),
+/// half from another one, which has no fence yet for them to build (the export is not
+/// exclusive, so only the key keeps that address out).
 #[test]
 fn made_up_sessions_build_nothing_and_stop_no_one() {
+    let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let from = |s: u32| (s % 2 == 1).then_some(other);
     let dir = tempfile::tempdir().unwrap();
     let k = key_file(dir.path(), "rw.key", KEY);
-    let t = Target::start(&["--secret-file", &format!("rw={k}")]);
+    let t = Target::start(&["--secret-file", &format!("rw={k}"), "--no-exclusive", "rw"]);
     let mut real = t.connect_with(&keyed(40, Some(KEY), None));
     assert_eq!(write(&mut real, 1, 0, &pattern(1, 4096)), Status::Ok);
     assert!(fences_become(&t, 1));
@@ -107,7 +112,8 @@ fn made_up_sessions_build_nothing_and_stop_no_one() {
             epoch: s,
             export: ExportName::new(b"rw").unwrap(),
         };
-        let mut raw = TcpStream::connect(t.addr).unwrap();
+        let mut raw =
+            rdmadisk_net::client::dial(t.addr, from(s), false, Duration::from_secs(5)).unwrap();
         framing::write_hello(&mut raw, &h).unwrap();
         // A NOP right behind the Hello, without the proof the reply asks for.
         let nop = TcpClient::request(Opcode::Nop, 1, 0, 0, &[]);
@@ -126,7 +132,13 @@ fn made_up_sessions_build_nothing_and_stop_no_one() {
     // And with the key's attempts made through the client, without the key.
     for s in 0..10 {
         assert!(matches!(
-            TcpClient::connect(t.addr, &keyed(2_000 + s, None, None)),
+            TcpClient::connect(
+                t.addr,
+                &ConnectOptions {
+                    bind: from(s),
+                    ..keyed(2_000 + s, None, None)
+                }
+            ),
             Err(ConnectError::Denied(_))
         ));
     }
