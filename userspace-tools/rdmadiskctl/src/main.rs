@@ -350,6 +350,31 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    /// Keys come from files, never from the command line, where every user's `ps` sees them:
+    /// every option that names a secret or a key takes a path.
+    #[test]
+    fn keys_are_taken_only_as_files() {
+        fn walk(c: &clap::Command, seen: &mut usize) {
+            for a in c.get_arguments() {
+                let long = a.get_long().unwrap_or_default();
+                if long.contains("secret") || long.contains("key") {
+                    *seen += 1;
+                    let names = a.get_value_names().unwrap_or_default();
+                    assert!(
+                        names.iter().any(|n| n.ends_with("PATH")),
+                        "--{long} takes {names:?}, not a file"
+                    );
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, seen);
+            }
+        }
+        let mut seen = 0;
+        walk(&command(), &mut seen);
+        assert!(seen >= 2, "only {seen} key options found");
+    }
+
     #[test]
     fn the_command_line_is_consistent() {
         command().debug_assert();
