@@ -12,6 +12,8 @@
 # 25 s on; the target restarted: the disk is live again and I/O works. Then loss_timeout_s=0:
 # the target killed again, the disk fails at once, at the first loss, as the knob's
 # documentation says.
+# D: loss_timeout_s=0 with the target alive: a reset of the serving connection (an injected QP
+# error or failed TCP send) fails the disk; it does not reconnect to the target that is there.
 #
 # Acceptance (A and B): within loss_timeout_s + 30 s of the death, dd's fsync and fio fail
 # (non-zero exits), no task is left in D state, the disk is `failed` and stops reconnecting
@@ -80,6 +82,34 @@ echo \$s" | head -n1)
   n=$(tr_kmsg_since | grep -c 'd80fast: no connection for 0 s (loss_timeout_s)')
   [ "$st" = failed ] && n_eq "$n" 1
   res $? "[fast] loss_timeout_s=0: the target killed again, the disk is '$st' after $((SECONDS - t0)) s (want failed, at the first loss, without reconnecting; $n kernel line saying so)"
+fi
+
+# D: loss_timeout_s=0, the target up. C's failed disk goes first.
+on compute "for u in /sys/block/rdmadisk*/rdmadisk/unmap; do [ -e \$u ] && echo normal >\$u; done
+! grep -q '^rdmadisk ' /proc/modules || rmmod rdmadisk"
+res $? "[fast] unmap normal; rmmod"
+back=$(dk_backing zero 16M)
+dk_target_start --export "vol0=$back" >/dev/null && dk_load && dk_map_disk d80zero vol0
+if res $? "[zero] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
+  dev=$DK_DEV
+  tr_dmesg_mark
+  tr_set "$dev" loss_timeout_s=0 keepalive_ms=2000 >/dev/null
+  r0=$(tr_stat "$dev" reconnects)
+  on compute "f=/sys/kernel/debug/rdmadisk/$dev; echo 1 >\$f/qp_error_every; echo 1 >\$f/fail_tcp_send_every" >/dev/null
+  t0=$SECONDS
+  st=$(dk_timed zerolive 60 "$DK_VM_DEFS
+dd if=/dev/$dev of=/dev/null bs=4k count=1 iflag=direct skip=7 2>/dev/null
+a=/sys/block/$dev/rdmadisk; end=\$((EPOCHSECONDS + 30)); s=
+while [ \$EPOCHSECONDS -lt \$end ]; do read -r s <\$a/state; [ \"\$s\" = failed ] && break; pause 0.2; done
+echo \$s" | tail -n1)
+  sleep 5
+  st2=$(tr_get "$dev" state) r1=$(tr_stat "$dev" reconnects)
+  n=$(tr_kmsg_since | grep -c 'd80zero: no connection for 0 s (loss_timeout_s)')
+  [ "$st" = failed ] && [ "$st2" = failed ] && n_eq "$n" 1 && n_eq "$r0" "$r1"
+  res $? "[zero] loss_timeout_s=0, the target alive: an injected reset fails the disk ('$st' after $((SECONDS - t0 - 5)) s, '$st2' 5 s on; reconnects $r0 -> $r1; $n kernel line saying so)"
+  dk_unmap "$dev" normal >/dev/null
+  on compute "rmmod rdmadisk"
+  res $? "[zero] unmap normal; rmmod"
 fi
 tr_splat_check
 dk_cleanup

@@ -168,9 +168,12 @@ impl DiskDev {
         t
     }
 
+    /// Whether the loss timeout has run out, `since_ms` the loss. With 0 it has at the loss
+    /// itself: the session work often runs within the same millisecond, and must fail the disk
+    /// rather than reconnect.
     pub(super) fn loss_expired(&self, since_ms: i64) -> bool {
         self.loss_ms()
-            .is_some_and(|loss| now_ms() - since_ms > loss)
+            .is_some_and(|loss| now_ms() - since_ms >= loss)
     }
 
     /// Tears down an installed set that is incomplete or has a failed connection: its
