@@ -16,8 +16,9 @@
 # 5): with keepalive_ms=2000 and io_timeout_ms=120000, the target is frozen (SIGSTOP), and the
 # health check must find the serving connections dead (its kernel line; state no longer live)
 # within 2 x keepalive_ms + 12 s, long before the I/O timeout; resumed, the disk is live again.
-#   [frozen-tcp] on TCP under the rounds while RDMA failbacks are refused (the marker);
-#   [frozen-rdma] the mirror, where a failed switch leaves the wanted transport unchanged: the
+#   [frozen-tcp] on TCP under the rounds while RDMA failbacks are refused (the marker): regression
+#     cover only, as the policy stays Probing there and the old code checked it too;
+#   [frozen-rdma] the mirror, the case the finding was about, where a failed switch leaves the wanted transport unchanged: the
 #     disk idle on RDMA with transport=tcp while the target serves no TCP (restarted with
 #     --no-tcp), every switch to TCP refused.
 

@@ -1,6 +1,6 @@
 # The module's own fault injection (/sys/kernel/debug/rdmadisk/rdmadiskN/), one fault at a
-# time, each under a short verified fio run: corrupted read data and write CRCs, failed MR
-# registrations, delayed and dropped responses, QP errors, failed connects (RDMA), then failed
+# time, each under a short verified fio run: corrupted read data and write CRCs, failed DMA
+# mappings of a request's pages (fail_mr_reg), delayed and dropped responses, QP errors, failed connects (RDMA), then failed
 # and cut-short sends and dropped responses on TCP.
 #
 # Acceptance, for every fault: it fired (its _hits counter rose), the client counted what it

@@ -75,6 +75,8 @@ on storage "rm -f $back.big" >/dev/null
 dk_target_start --export "vol0=$back" --refuse-writes-file "$MARK" >/dev/null && tr_wait backE "$dev" 120 any
 res $? "[readonly] target restarted with --refuse-writes-file: the disk is live ($TR_WAIT)"
 dk_tsnap; w0=$(tstat writes); ie0=$(tr_stat "$dev" io_errors)
+n_eq "$ie0" 0
+res $? "[readonly] no I/O error so far, through the four refused targets (io_errors ${ie0:-?})"
 on storage "touch $MARK" >/dev/null
 out=$(on compute "dd if=/dev/zero of=/dev/$dev bs=4k count=1 seek=100 oflag=direct conv=notrunc status=none 2>&1; echo dd=\$?")
 dk_tsnap; w1=$(tstat writes); ie1=$(tr_stat "$dev" io_errors)
