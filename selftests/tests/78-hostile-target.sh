@@ -90,12 +90,13 @@ expect = {
     "truncated": "the target closed the connection|a send failed",
     "garbage": "undecodable frame header|unexpected frame",
 }
+# The target logs at most BURST lines of one call site per 10 s and drops the rest (its
+# rate limit): the first BURST lines are all there, in order, and are what is checked.
+BURST = 20
+sent = [m.groups() for m in (re.search(r"tcp (\d+\.\d+\.\d+\.\d+:\d+): hostile (\w+) sent", l) for l in tlog) if m]
+whole = len(sent) < BURST
 conns, first = [], {}
-for l in tlog:
-    m = re.search(r"tcp (\d+\.\d+\.\d+\.\d+:\d+): hostile (\w+) sent", l)
-    if not m:
-        continue
-    peer, kind = m.groups()
+for peer, kind in sent[:BURST]:
     if peer not in first:
         conns.append(peer); first[peer] = None
     if first[peer] is None and kind != "credit_overflow":
@@ -103,8 +104,10 @@ for l in tlog:
 kinds = [first[p] for p in conns if first[p]]
 resets = re.findall(r"d78: queue \d+ \(TCP, set \d+\): (.*); resetting the connection", sys.stdin.read())
 bad = [f"{i + 1}: {k} -> {r!r}" for i, (k, r) in enumerate(zip(kinds, resets)) if not re.fullmatch(expect[k], r)]
-verdict = "ok" if kinds and len(kinds) == len(resets) and not bad else "bad"
-text = f"{verdict} {len(kinds)} connections with a hostile frame, {len(resets)} TCP resets"
+counts = len(kinds) == len(resets) if whole else len(kinds) <= len(resets)
+verdict = "ok" if kinds and counts and not bad else "bad"
+seen = "" if whole else f" (the first {BURST} of {len(sent)} hostile lines; the rest rate-limited)"
+text = f"{verdict} {len(kinds)} connections with a hostile frame{seen}, {len(resets)} TCP resets"
 if bad:
     text += "; mismatched: " + "; ".join(bad[:5])
 if kinds:
