@@ -101,7 +101,7 @@ if res $? "[zero] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
 dd if=/dev/$dev of=/dev/null bs=4k count=1 iflag=direct skip=7 2>/dev/null
 a=/sys/block/$dev/rdmadisk; end=\$((EPOCHSECONDS + 30)); s=
 while [ \$EPOCHSECONDS -lt \$end ]; do read -r s <\$a/state; [ \"\$s\" = failed ] && break; pause 0.2; done
-echo \$s" | tail -n1)
+echo \$s" | head -n1)
   sleep 5
   st2=$(tr_get "$dev" state) r1=$(tr_stat "$dev" reconnects)
   n=$(tr_kmsg_since | grep -c 'd80zero: no connection for 0 s (loss_timeout_s)')
