@@ -36,7 +36,7 @@ use crate::host::{now_ms, transport_name, ConnId, QueueHost};
 use crate::kapi::errno;
 use crate::kapi::work::NoIo;
 use crate::probe;
-use crate::proto::policy::{Action, Policy, State as PState, SwitchReason, Transport};
+use crate::proto::policy::{self, Action, Policy, State as PState, SwitchReason, Transport};
 use crate::proto::wire::{features, HelloReply};
 use crate::queue::Queue;
 use crate::stats::Stats;
@@ -168,12 +168,9 @@ impl DiskDev {
         t
     }
 
-    /// Whether the loss timeout has run out, `since_ms` the loss. With 0 it has at the loss
-    /// itself: the session work often runs within the same millisecond, and must fail the disk
-    /// rather than reconnect.
+    /// Whether the loss timeout has run out, `since_ms` the loss ([`policy::loss_expired`]).
     pub(super) fn loss_expired(&self, since_ms: i64) -> bool {
-        self.loss_ms()
-            .is_some_and(|loss| now_ms() - since_ms >= loss)
+        policy::loss_expired(self.loss_ms(), now_ms() - since_ms)
     }
 
     /// Tears down an installed set that is incomplete or has a failed connection: its

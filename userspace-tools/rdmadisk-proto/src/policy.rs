@@ -39,6 +39,13 @@ use core::fmt;
 /// policy keeps without allocating.
 pub const MAX_FAILOVER_THRESHOLD: u32 = 32;
 
+/// Whether a disk that lost its connections `elapsed_ms` ago has run out of its loss timeout
+/// of `loss_ms` (`None`: never). A timeout of 0 has run out at the loss itself, so that the
+/// disk fails rather than reconnects however soon after the loss this is asked.
+pub fn loss_expired(loss_ms: Option<i64>, elapsed_ms: i64) -> bool {
+    loss_ms.is_some_and(|loss| elapsed_ms >= loss)
+}
+
 /// Tunables (sysfs attributes of the device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyConfig {
@@ -609,6 +616,14 @@ mod tests {
 
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_loss_timeout_runs_out_at_its_length_and_zero_at_the_loss() {
+        assert!(loss_expired(Some(0), 0), "0: at the loss itself");
+        assert!(!loss_expired(Some(15_000), 14_999));
+        assert!(loss_expired(Some(15_000), 15_000));
+        assert!(!loss_expired(None, i64::MAX), "never");
+    }
 
     const DRAIN_TCP: State = State::Draining { to: Transport::Tcp };
     const DRAIN_RDMA: State = State::Draining {
