@@ -197,6 +197,17 @@ pub fn error_line(msg: &str) {
     write_err(&format_line(journal, Level::Error, msg));
 }
 
+/// A line at `level` that no rate limit holds back, if the log level lets it through: for
+/// lines a reader must see every one of (each act of the test-only hostile mode, which a
+/// test pairs with the client's resets).
+pub fn unthrottled(level: Level, msg: &str) {
+    let logger = LOGGER.get();
+    if logger.is_some_and(|l| level > l.level) {
+        return;
+    }
+    write_err(&format_line(logger.is_some_and(|l| l.journal), level, msg));
+}
+
 /// Parses a `--log-level` value.
 pub fn parse_level(s: &str) -> Result<LevelFilter, String> {
     s.parse::<LevelFilter>()

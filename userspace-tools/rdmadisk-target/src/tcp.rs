@@ -24,6 +24,7 @@ use rdmadisk_proto::wire::{
 use crate::conn::{Core, Stage, TICK, UD_KIND, UD_RECV, UD_SEND};
 use crate::engine::{Challenge, Slot as CapSlot, Target, TCP_STAGING};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
+use crate::logging;
 use crate::pool::{Buf, Pool, Reservation, Take};
 use crate::ring::Done;
 use crate::stats::Stats;
@@ -808,8 +809,12 @@ impl Conn {
             Some(k) => {
                 t.count_hostile(k);
                 // One line per act, naming the connection: a test pairs them with how each
-                // connection ended, and with the client's reasons for resetting it.
-                log::info!("tcp {}: hostile {} sent", self.peer, k.name());
+                // connection ended, and with the client's reasons for resetting it, so the
+                // rate limit must drop none (this mode is for tests only).
+                logging::unthrottled(
+                    log::Level::Info,
+                    &format!("tcp {}: hostile {} sent", self.peer, k.name()),
+                );
                 match k {
                     Kind::UnknownTag => {
                         parts.push(Part::Owned(frame(&hostile::unknown_tag(&resp), 0)));
