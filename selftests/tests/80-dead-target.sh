@@ -82,12 +82,11 @@ echo \$s" | head -n1)
   n=$(tr_kmsg_since | grep -c 'd80fast: no connection for 0 s (loss_timeout_s)')
   [ "$st" = failed ] && n_eq "$n" 1
   res $? "[fast] loss_timeout_s=0: the target killed again, the disk is '$st' after $((SECONDS - t0)) s (want failed, at the first loss, without reconnecting; $n kernel line saying so)"
+  dk_unmap_rmmod 30 "$dev"
+  res $? "[fast] unmap normal; rmmod"
 fi
 
-# D: loss_timeout_s=0, the target up. C's failed disk goes first.
-on compute "for u in /sys/block/rdmadisk*/rdmadisk/unmap; do [ -e \$u ] && echo normal >\$u; done
-! grep -q '^rdmadisk ' /proc/modules || rmmod rdmadisk"
-res $? "[fast] unmap normal; rmmod"
+# D: loss_timeout_s=0, the target up.
 back=$(dk_backing zero 16M)
 dk_target_start --export "vol0=$back" >/dev/null && dk_load && dk_map_disk d80zero vol0
 if res $? "[zero] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
@@ -107,8 +106,7 @@ echo \$s" | head -n1)
   n=$(tr_kmsg_since | grep -c 'd80zero: no connection for 0 s (loss_timeout_s)')
   [ "$st" = failed ] && [ "$st2" = failed ] && n_eq "$n" 1 && n_eq "$r0" "$r1"
   res $? "[zero] loss_timeout_s=0, the target alive: an injected reset fails the disk ('$st' after $((SECONDS - t0 - 5)) s, '$st2' 5 s on; reconnects $r0 -> $r1; $n kernel line saying so)"
-  dk_unmap "$dev" normal >/dev/null
-  on compute "rmmod rdmadisk"
+  dk_unmap_rmmod 30 "$dev"
   res $? "[zero] unmap normal; rmmod"
 fi
 tr_splat_check
