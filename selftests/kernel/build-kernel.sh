@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds (once) the Rust-enabled 6.12 test kernel into a cache outside the clone, keyed by
-# the config fragment, the patches, this recipe and the source version. Prints the tree's
+# the config fragments, the patches, this recipe and the source version. Prints the tree's
 # path last.
+#
+# KERNEL_FLAVOR picks the kernel: debug (the default: the tests' kernel, rdmadisk.config, with
+# lockdep, KFENCE, kmemleak and DEBUG_ATOMIC_SLEEP) or bench (make bench's: bench.config on top,
+# the same kernel without the debug options). Each flavor has its own tree, key and lock.
 #
 # patches/ holds fixes to soft-RoCE and the IB core that the test bed's fault injection
 # reaches (a WARN in either fails the suite); each patch's header says what it fixes. They
@@ -11,7 +15,12 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${RDMADISK_CACHE:-$HOME/.cache/rdmadisk}
 SRC_TAR=/usr/src/linux-source-6.12.tar.xz
-FRAGMENT=$HERE/rdmadisk.config
+FLAVOR=${KERNEL_FLAVOR:-debug}
+case $FLAVOR in
+  debug) FRAGMENTS=("$HERE/rdmadisk.config"); name=linux ;;
+  bench) FRAGMENTS=("$HERE/rdmadisk.config" "$HERE/bench.config"); name=linux-bench ;;
+  *) printf '[kernel] KERNEL_FLAVOR=%s: the flavors are debug and bench\n' "$FLAVOR" >&2; exit 2 ;;
+esac
 PATCHES=("$HERE"/patches/*.patch)
 JOBS=${JOBS:-$(nproc)}
 KMAKE=(make RUSTC=/usr/bin/rustc BINDGEN="$CACHE/bin/bindgen" HOSTRUSTC=/usr/bin/rustc)
@@ -21,8 +30,8 @@ log() { printf '[kernel] %s\n' "$*" >&2; }
 "$HERE/../host/deps.sh" >&2
 
 srcver=$(dpkg-query -W -f='${Version}' linux-source-6.12)
-key=$( { cat "$FRAGMENT" "$0" "${PATCHES[@]}"; echo "$srcver"; } | sha256sum | cut -c1-16)
-tree=$CACHE/linux-$key
+key=$( { cat "${FRAGMENTS[@]}" "$0" "${PATCHES[@]}"; echo "$srcver"; } | sha256sum | cut -c1-16)
+tree=$CACHE/$name-$key
 # One builder per tree: a second run (another clone, CI) waits here and then finds the tree
 # built, instead of unpacking over a half-built one.
 mkdir -p "$CACHE"
@@ -32,12 +41,12 @@ if ! flock -n 9; then
   flock 9
 fi
 if [ -f "$tree/.rdmadisk-built" ]; then
-  log "cached kernel tree $tree (source $srcver)"
+  log "cached $FLAVOR kernel tree $tree (source $srcver)"
   echo "$tree"
   exit 0
 fi
 
-log "no cached tree for key $key: building Linux $srcver (cold build, ~15 min on 2 cores)"
+log "no cached $FLAVOR tree for key $key: building Linux $srcver (cold build, ~15 min on 2 cores)"
 rm -rf "$tree"
 mkdir -p "$tree"
 log "unpacking $SRC_TAR"
@@ -48,18 +57,23 @@ for p in "${PATCHES[@]}"; do
   patch -p1 --quiet --forward < "$p" || { log "ERROR: $(basename "$p") does not apply"; exit 1; }
 done
 
-log "configuring: x86_64_defconfig + virtme-ng guest options + $(basename "$FRAGMENT")"
+log "configuring: x86_64_defconfig + virtme-ng guest options + $(for f in "${FRAGMENTS[@]}"; do basename "$f"; done | paste -sd+)"
 "${KMAKE[@]}" -s x86_64_defconfig
 virtme-configkernel --dry-run --defconfig | grep -E '^(CONFIG_|# CONFIG_)' >> .config
-cat "$FRAGMENT" >> .config
+cat "${FRAGMENTS[@]}" >> .config
 "${KMAKE[@]}" -s olddefconfig 2>&1 | grep -v 'override: reassigning' >&2 || true
 
-# Fail loudly when a requested option did not survive olddefconfig (dependency missing).
+# Fail loudly when a requested option did not survive olddefconfig (dependency missing), or
+# one turned off is still on (another option selects it). The last fragment's word counts.
 bad=0
 while IFS= read -r line; do
-  case "$line" in CONFIG_*=y) ;; *) continue ;; esac
-  grep -qx "$line" .config || { log "ERROR: $line requested but not in the final .config"; bad=1; }
-done < "$FRAGMENT"
+  case "$line" in
+    CONFIG_*=y|CONFIG_*=m)
+      grep -qx "$line" .config || { log "ERROR: $line requested but not in the final .config"; bad=1; } ;;
+    CONFIG_*=n)
+      grep -qx "${line%=n}=[ym]" .config && { log "ERROR: $line requested but still on in the final .config"; bad=1; } ;;
+  esac
+done < <(grep -h '^CONFIG_' "${FRAGMENTS[@]}" | awk -F= '{ last[$1] = $0; order[$1] = NR } END { for (k in last) print order[k], last[k] }' | sort -n | cut -d' ' -f2-)
 if ! grep -qx 'CONFIG_RUST=y' .config; then
   log "ERROR: CONFIG_RUST=y did not survive olddefconfig; run 'make rustavailable' in $tree"
   "${KMAKE[@]}" rustavailable >&2 || true
