@@ -30,13 +30,13 @@ use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
 /// Address and route resolution each; shorter than any budget so that an unreachable host is
 /// reported as such rather than as the budget running out.
 const RESOLVE_MS: u32 = 3_000;
-/// Local ACK timeout exponent: 4.096 us * 2^20, about 4.3 s, so that a slow link retransmits
-/// rarely: soft-RoCE without the bed's patch 0004 (selftests/kernel/patches) fails the QP on a
-/// retransmission that passes a REG_MR, by running the REG_MR again. (This long timeout was
-/// first chosen against a supposed race of a retried RDMA Read with the region's invalidation;
-/// tracing the resets showed retransmissions after sequence NAKs instead, and the REG_MR re-run:
-/// the patch says how.) Seven retries of 4.3 s still bound a dead peer.
-const ACK_TIMEOUT_EXP: u8 = 20;
+/// Local ACK timeout exponent: 4.096 us * 2^17, about 0.54 s: what rdma_cm gives a RoCE
+/// connection that sets none (the peers') and what the target uses. Far above any
+/// round trip, so a retransmission means a lost packet, and a lost tail of a transfer is sent
+/// again after 0.54 s rather than stalling its I/O for 4.3 s (2^20, used until soft-RoCE's
+/// retransmission of a REG_MR was fixed by the bed's patch 0004, selftests/kernel/patches).
+/// Seven retries bound a dead peer at about 3.8 s.
+const ACK_TIMEOUT_EXP: u8 = 17;
 /// CM events kept until the connector reads them; a set-up sees a handful.
 const MAX_EVENTS: usize = 8;
 
