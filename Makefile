@@ -11,9 +11,9 @@
 #   make check-vm   only the test-bed tests (selftests/run.sh)
 #   make demo       boot the test bed, map /dev/rdmadisk0 and run fio on it over RDMA, over TCP
 #                   while the NIC is serviced, and over RDMA again
-#   make bench      rdmadisk against nvme-rdma, nvme-tcp and RNBD on the same link and RAM disk
-#                   (figures and same-run ratios, selftests/out/bench/; docs/bench/ is the
-#                   committed run)
+#   make bench      rdmadisk against nvme-rdma, nvme-tcp and RNBD on the same link and RAM disk,
+#                   on a bench kernel without the debug options (figures and same-run ratios,
+#                   selftests/out/bench/; docs/bench/ is the committed run)
 #   make bench-transport  TCP against RDMA figures, and the I/O gap of a NIC servicing cycle
 #   make soak N=100 [EVERY=10]  NIC servicing in each of N cycles and every other fault kind in
 #                   every EVERY-th, under verified I/O, then permanent target deaths; the
@@ -75,9 +75,13 @@ demo: module userspace
 
 # Benchmarks: figures and same-run ratios, not pass/fail. make bench: rdmadisk against
 # nvme-rdma, nvme-tcp and RNBD on the same link and RAM disk (selftests/out/bench/; the committed
-# set is in docs/bench/). BENCH_REPS, BENCH_SECS, BENCH_SYSTEMS, BENCH_JOBS, BENCH_FLOOR=0 and
-# BENCH_GAP=0 narrow it (selftests/bench/peers.sh).
-bench: module userspace
+# set is in docs/bench/), on the bench kernel: the test kernel without its debug options (built
+# once and cached like it, with the module built against it). BENCH_KERNEL=debug runs on the
+# test kernel instead. BENCH_REPS, BENCH_SECS, BENCH_SYSTEMS, BENCH_JOBS, BENCH_FLOOR=0,
+# BENCH_GAP=0 and BENCH_DIAG=0 narrow it (selftests/bench/peers.sh).
+BENCH_KERNEL ?= bench
+export BENCH_KERNEL
+bench: $(if $(filter debug,$(BENCH_KERNEL)),module) deps userspace
 	@selftests/bench/peers.sh
 
 # The full soak: N cycles under verified I/O, NIC servicing in each and every other fault kind

@@ -5,8 +5,11 @@
 #
 # Every system serves the same block device on the storage VM (BP_BDEV: a brd RAM disk when
 # the VMs were booted with one, else a loop device over a tmpfs file):
-#   rdmadisk-rdma, rdmadisk-tcp  rdmadisk-target exporting it; one disk, queues=2
-#                                poll_queues=1, its transport set to rdma or tcp for the job
+#   rdmadisk-rdma, rdmadisk-tcp  rdmadisk-target exporting it twice (bench, bench-tcp; neither
+#                                export holds it exclusively); a disk of each, queues=2
+#                                poll_queues=1, one kept on rdma and the other on tcp for the
+#                                whole run, as nvme-rdma and nvme-tcp each have their own
+#                                controller: no job starts after a transport switch
 #   nvme-rdma, nvme-tcp          nvmet (configfs) exporting it as a namespace; nvme connect
 #                                -i 2 -P 1
 #   rnbd                         rnbd-server exporting it over RTRS; rnbd-client mapping it
@@ -42,16 +45,25 @@ else mkdir -p $DK_BACKDIR && rm -f $BP_LOOP_FILE && truncate -s ${BP_SIZE_MB}M $
 
 bp_setup_rdmadisk() {
   # shellcheck disable=SC2086 # BENCH_TARGET_ARGS: more target options, word-split
-  dk_target_start --export "bench=$BP_BDEV" ${BENCH_TARGET_ARGS:-} >/dev/null || return 1
-  dk_load && dk_map_disk bench bench "queues=2 poll_queues=1" || return 1
-  BP_DEV[rdmadisk-rdma]=$DK_DEV
-  BP_DEV[rdmadisk-tcp]=$DK_DEV
+  dk_target_start --export "bench=$BP_BDEV" --export "bench-tcp=$BP_BDEV" --no-exclusive bench \
+    --no-exclusive bench-tcp ${BENCH_TARGET_ARGS:-} >/dev/null || return 1
+  dk_load || return 1
+  local t
+  for t in rdma tcp; do
+    dk_map_disk "bench-$t" "$([ $t = rdma ] && echo bench || echo bench-tcp)" "queues=2 poll_queues=1" || return 1
+    BP_DEV[rdmadisk-$t]=$DK_DEV
+    on compute "echo $t >/sys/block/$DK_DEV/rdmadisk/transport" || return 1
+    bp_on_transport "rdmadisk-$t" || return 1
+  done
 }
 
-# bp_transport rdma|tcp: the rdmadisk disk on that transport, waited for.
-bp_transport() {
-  on compute "echo $1 >/sys/block/$DK_DEV/rdmadisk/transport" || return 1
-  tr_wait "bench-$1" "$DK_DEV" 120 "$1" >/dev/null || { echo "rdmadisk: not on $1 after 120 s: $TR_WAIT"; return 1; }
+# bp_on_transport rdmadisk-rdma|rdmadisk-tcp: the disk is on its transport (each stays on its
+# own for the whole run; one that fell off is waited for, and the wait is logged).
+bp_on_transport() {
+  local t=${1#rdmadisk-} dev=${BP_DEV[$1]}
+  [ "$(tr_get "$dev" active_transport)" = "$t" ] && return 0
+  tr_wait "bench-$t" "$dev" 120 "$t" >/dev/null || { echo "rdmadisk: /dev/$dev not on $t after 120 s: $TR_WAIT"; return 1; }
+  bp_log "$1: /dev/$dev was not on $t; waited: $TR_WAIT"
 }
 
 bp_setup_nvmet() {
@@ -70,10 +82,12 @@ for p in 1:rdma:$BP_NVME_RDMA_PORT 2:tcp:$BP_NVME_TCP_PORT; do
 done" || return 1
 }
 
-# bp_nvme_connect rdma|tcp PORT: connects with two I/O queues; sets BP_DEV[nvme-$1].
+# bp_nvme_connect rdma|tcp PORT: connects with two I/O queues; sets BP_DEV[nvme-$1]. nvme-rdma
+# is a module in the bench kernel (BP_KDIR's build), loaded here.
 bp_nvme_connect() {
   local dev
-  dev=$(on compute "nvme connect -t $1 -a $DK_S -s $2 -n $BP_NQN --hostnqn=$BP_HOSTNQN -i 2 -P 1 || exit 1
+  dev=$(on compute "[ $1 != rdma ] || test -d /sys/module/nvme_rdma || insmod ${BP_KDIR:-/nonexistent}/drivers/nvme/host/nvme-rdma.ko || exit 1
+nvme connect -t $1 -a $DK_S -s $2 -n $BP_NQN --hostnqn=$BP_HOSTNQN -i 2 -P 1 || exit 1
 for i in \$(seq 100); do
   for c in /sys/class/nvme/nvme*; do
     [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] && [ \"\$(cat \$c/transport 2>/dev/null)\" = $1 ] || continue
@@ -140,6 +154,15 @@ true" >/dev/null 2>&1
   [ "${BP_BDEV:-}" = /dev/ram0 ] || on storage "[ -n '${BP_BDEV:-}' ] && losetup -d ${BP_BDEV:-none}; rm -f ${BP_LOOP_FILE:-/nonexistent}; true" >/dev/null 2>&1
 }
 
+# VM-side helpers of a job's window: agcpu, the CPU ticks of the VM's agent (the parent of the
+# subshell running the command); segs, the VM's TCP segments received and sent so far.
+# shellcheck disable=SC2016 # expanded in the VM
+BP_WIN_DEFS='
+read -r _ _ _ _bp_agent _ </proc/$BASHPID/stat
+agcpu() { awk "{ print \$14 + \$15 }" /proc/$_bp_agent/stat; }
+segs() { awk '"'"'$1 == "Tcp:" { if (h) { for (i = 2; i <= NF; i++) { if (k[i] == "InSegs") a = $i; if (k[i] == "OutSegs") b = $i }; print a, b } else { for (i = 2; i <= NF; i++) k[i] = $i; h = 1 } }'"'"' /proc/net/snmp; }
+'
+
 # bp_job SYSTEM REP NAME FIO-ARGS: one time-based fio job on SYSTEM's device (libaio, direct,
 # one job, the first 32 MiB); appends its sample to $BP_SAMPLES. The CPU time per I/O is taken
 # inside the run (after a second of ramp, until a second before its end), from /proc/stat and
@@ -147,7 +170,7 @@ true" >/dev/null 2>&1
 bp_job() {
   local sys=$1 rep=$2 name=$3 dev out; shift 3
   dev=${BP_DEV[$sys]}
-  case $sys in rdmadisk-rdma) bp_transport rdma || return 1 ;; rdmadisk-tcp) bp_transport tcp || return 1 ;; esac
+  [[ $sys != rdmadisk-* ]] || bp_on_transport "$sys" || return 1
   out=$TB_DIR/bench-$sys-$name-$rep
   # rdmadisk's own target counts the time each request spends in it (served, service_us,
   # backing_us): the job's share of those says where its latency goes.
@@ -157,31 +180,37 @@ bp_job() {
   # (started first: the client's command below starts fio and then waits as long).
   # rdmadisk's target's own user and system time too (it idles through the other systems' jobs:
   # its share there is its idle cost).
-  on storage "$DK_VM_DEFS
+  # Both VMs' agents run these window commands for the whole window, so neither polls its
+  # command queue meanwhile (agent.sh); each records its agent's CPU time over the window, to
+  # show it. TCP segments: the storage VM's received and the compute VM's sent, per I/O.
+  on storage "$DK_VM_DEFS$BP_WIN_DEFS
 rm -f $out.scpu
 tcpu() { read -r p 2>/dev/null <$DK_TPID && awk '{ print \$14, \$15 }' /proc/\$p/stat 2>/dev/null || echo 0 0; }
 # The target's wake-ups: the times its threads gave up the CPU to wait.
 twake() { read -r p 2>/dev/null <$DK_TPID && cat /proc/\$p/task/*/status 2>/dev/null | awk '\$1 == \"voluntary_ctxt_switches:\" { n += \$2 } END { print n + 0 }' || echo 0; }
 pause 1.5
 read -r _ a b c _ _ f g _ </proc/stat; x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); s0=\$((a + b + c + f + g))
-read -r u0 k0 <<<\"\$(tcpu)\"; w0=\$(twake)
+read -r u0 k0 <<<\"\$(tcpu)\"; w0=\$(twake); g0=\$(agcpu); read -r i0 _ <<<\"\$(segs)\"
 pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
 read -r _ a b c _ _ f g _ </proc/stat; x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
-read -r u1 k1 <<<\"\$(tcpu)\"; w1=\$(twake)
-echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) \$((u1 - u0)) \$((k1 - k0)) \$((w1 - w0)) >$out.scpu" >/dev/null 2>&1 &
+read -r u1 k1 <<<\"\$(tcpu)\"; w1=\$(twake); g1=\$(agcpu); read -r i1 _ <<<\"\$(segs)\"
+echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) \$((u1 - u0)) \$((k1 - k0)) \$((w1 - w0)) \$((g1 - g0)) \$((i1 - i0)) >$out.scpu" >/dev/null 2>&1 &
   local spid=$!
-  on compute "$DK_VM_DEFS
-rm -f $out.json $out.cpu
+  # The completion log (a line per I/O) gives the longest time with no completion: a job that
+  # stalled is reported as such and kept out of the ratios (report.py).
+  on compute "$DK_VM_DEFS$BP_WIN_DEFS
+rm -f $out.json $out.cpu ${out}_*.log
 timeout $((BP_SECS + 120)) fio --name=$name --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
-  --time_based --ramp_time=1 --runtime=$BP_SECS --output-format=json --output=$out.json $* >$out.err 2>&1 &
+  --time_based --ramp_time=1 --runtime=$BP_SECS --output-format=json --output=$out.json \
+  --write_lat_log=$out --log_avg_msec=0 $* >$out.err 2>&1 &
 p=\$!
 pause 1.5
 read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat; s0=\$((a + b + c + f + g)) n0=\$((r + w))
-x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
+x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); g0=\$(agcpu); read -r _ o0 <<<\"\$(segs)\"
 pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
 read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat
-x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat)
-echo \$((a + b + c + f + g - s0)) \$((r + w - n0)) \$(getconf CLK_TCK) \$((x1 - x0)) >$out.cpu
+x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); g1=\$(agcpu); read -r _ o1 <<<\"\$(segs)\"
+echo \$((a + b + c + f + g - s0)) \$((r + w - n0)) \$(getconf CLK_TCK) \$((x1 - x0)) \$((g1 - g0)) \$((o1 - o0)) >$out.cpu
 wait \$p || { cat $out.err; exit 1; }" || { wait $spid; return 1; }
   wait $spid
   local tdelta=
@@ -197,11 +226,18 @@ wait \$p || { cat $out.err; exit 1; }" || { wait $spid; return 1; }
 import json, sys
 out, sysname, rep, name, args, tdelta = sys.argv[1:]
 j = json.load(open(out + ".json"))["jobs"][0]
-busy, window_ios, hz, ctxt = (int(x) for x in open(out + ".cpu").read().split())
+busy, window_ios, hz, ctxt, c_agent, c_outsegs = (int(x) for x in open(out + ".cpu").read().split())
 try:
-    s_busy, s_ctxt, s_hz, t_user, t_sys, t_wake = (int(x) for x in open(out + ".scpu").read().split())
+    s_busy, s_ctxt, s_hz, t_user, t_sys, t_wake, s_agent, s_insegs = (
+        int(x) for x in open(out + ".scpu").read().split())
 except (OSError, ValueError):
-    s_busy = s_ctxt = t_user = t_sys = t_wake = None
+    s_busy = s_ctxt = t_user = t_sys = t_wake = s_agent = s_insegs = None
+# The longest time with no completion, from the completion log (ms since the job's start).
+try:
+    done = sorted(int(l.split(",")[0]) for l in open(out + "_clat.1.log") if l.strip())
+except (OSError, ValueError):
+    done = []
+max_gap = max((b - a for a, b in zip(done, done[1:])), default=None)
 ddir = "write" if j["write"]["io_kbytes"] > j["read"]["io_kbytes"] else "read"
 d = j[ddir]
 pct = d["clat_ns"].get("percentile", {})
@@ -231,6 +267,13 @@ print(json.dumps({
     "target_user_us_per_io": t_user * 1e6 / s_hz / window_ios if window_ios and t_user is not None else None,
     "target_sys_us_per_io": t_sys * 1e6 / s_hz / window_ios if window_ios and t_sys is not None else None,
     "target_wakeups_per_io": t_wake / window_ios if window_ios and t_wake is not None else None,
+    "agent_cpu_us": {"compute": c_agent * 1e6 / hz,
+                     "storage": s_agent * 1e6 / s_hz if s_agent is not None else None},
+    "storage_tcp_insegs_per_io": s_insegs / window_ios if window_ios and s_insegs is not None else None,
+    "compute_tcp_outsegs_per_io": c_outsegs / window_ios if window_ios else None,
+    "max_gap_ms": max_gap,
+    # A second or more with no completion (two of the peers' 0.54 s ACK timeouts), or none.
+    "stalled": ios == 0 or max_gap is None or max_gap >= 1000,
     **target_split(tdelta),
 }))
 PY
@@ -313,15 +356,17 @@ BP_SCALING_QD="2 4 8 32"
 
 # bp_floor: perftest between the VMs' rxe0 devices, one
 # sample per test: *_lat report the typical (median) and 99th percentile latency, *_bw the
-# average bandwidth.
+# average bandwidth. Every test sleeps on CQ events (-e), as the systems measured do: a busy
+# poll starves soft-RoCE's own work on a TCG vCPU. ib_write_lat and ib_write_bw have no event
+# mode, so they are not run; a 4 KiB Send stands for a 4 KiB RDMA Write (report.py).
 bp_floor() {
   local t size out iters
-  for t in ${BP_FLOOR_TESTS:-ib_send_lat:64 ib_send_lat:4096 ib_write_lat:4096 ib_read_lat:4096 ib_write_bw:131072 ib_read_bw:131072}; do
+  for t in ${BP_FLOOR_TESTS:-ib_send_lat:64 ib_send_lat:4096 ib_read_lat:4096 ib_read_bw:131072}; do
     IFS=: read -r t size <<<"$t"
     iters=2000
     [[ $t == *_bw ]] && iters=500
-    local bw=
-    [[ $t == *_bw ]] && bw="-t 16"
+    local bw="-e"
+    [[ $t == *_bw ]] && bw="-e -t 16"
     # No server of an earlier test may hold perftest's port.
     on storage "pkill -f '^timeout 300 ib_'; pkill -x 'ib_(send|write|read)_(lat|bw)'
 setsid timeout 300 $t -d rxe0 -s $size -n $iters $bw -F >$TB_DIR/floor-server.out 2>&1 </dev/null &" >/dev/null
@@ -343,4 +388,43 @@ print(json.dumps({"system": "floor", "job": f"{t}_{size}", "rep": 0, **s}))
 PY
     tail -n1 "$BP_SAMPLES" | sed 's/^/  /'
   done
+}
+
+# bp_diag SYSTEM QD: one more 4 KiB random-read job at depth QD on SYSTEM, with the storage VM's
+# sched (wakeup, switch) and raw_syscalls tracepoints recorded over the same window as bp_job's
+# (a second and a half in, BP_SECS - 1 s long). bench/trace_stats.py turns the trace into a
+# sample: system calls and wake-ups per I/O (rdmadisk's target's threads, and the whole VM) and
+# how long a woken task waited for the CPU, with what ran meanwhile. Tracing costs time per
+# event, so these jobs' own figures enter no table.
+bp_diag() {
+  local sys=$1 qd=$2 dev=${BP_DEV[$1]} out=$TB_DIR/bench-diag-$1-qd$2
+  [[ $sys != rdmadisk-* ]] || bp_on_transport "$sys" || return 1
+  on storage "$DK_VM_DEFS
+T=/sys/kernel/tracing
+[ -e \$T/trace ] || mount -t tracefs nodev \$T || exit 1
+rm -f $out.trace
+echo 0 >\$T/tracing_on; echo >\$T/trace; echo 16384 >\$T/buffer_size_kb
+echo 'sched:sched_wakeup sched:sched_wakeup_new sched:sched_switch raw_syscalls:sys_enter' >\$T/set_event || exit 1
+pause 1.5
+tids=; read -r p 2>/dev/null <$DK_TPID && [ -d /proc/\$p ] && tids=\$(ls /proc/\$p/task | tr '\n' ' ')
+echo 1 >\$T/tracing_on
+pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
+echo 0 >\$T/tracing_on
+{ echo \"# target tids: \$tids\"; echo \"# overrun: \$(awk '\$1 == \"overrun:\" { n += \$2 } END { print n + 0 }' \$T/per_cpu/cpu*/stats)\"; cat \$T/trace; } >$out.trace
+echo >\$T/set_event; echo >\$T/trace" >/dev/null 2>&1 &
+  local spid=$!
+  on compute "$DK_VM_DEFS
+rm -f $out.ios
+timeout $((BP_SECS + 120)) fio --name=diag --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
+  --time_based --ramp_time=1 --runtime=$BP_SECS --rw=randread --bs=4k --iodepth=$qd >/dev/null 2>&1 &
+p=\$!
+pause 1.5
+read -r r _ _ _ w _ </sys/block/$dev/stat; n0=\$((r + w))
+pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
+read -r r _ _ _ w _ </sys/block/$dev/stat; echo \$((r + w - n0)) >$out.ios
+wait \$p" || { wait $spid; return 1; }
+  wait $spid
+  python3 "$TB_REPO/selftests/bench/trace_stats.py" "$out.trace" "$(cat "$out.ios")" "$sys" "rr4k_qd$qd" >>"$BP_SAMPLES" ||
+    { echo "  no diagnostic sample: $out.trace unreadable"; return 1; }
+  tail -n1 "$BP_SAMPLES" | sed 's/^/  /'
 }

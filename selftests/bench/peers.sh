@@ -4,8 +4,8 @@
 # Boots the test bed with a brd RAM disk on each VM (the storage VM's serves every system), and
 # measures, in BENCH_REPS repetitions (default 3) interleaved across the systems, each fio job
 # running BENCH_SECS seconds (default 8):
-#   the floor: perftest ib_send_lat (64 B, 4 KiB), ib_write_lat and ib_read_lat (4 KiB),
-#     ib_write_bw and ib_read_bw (128 KiB) between the VMs' soft-RoCE devices;
+#   the floor: perftest ib_send_lat (64 B, 4 KiB), ib_read_lat (4 KiB) and ib_read_bw
+#     (128 KiB) between the VMs' soft-RoCE devices, sleeping on CQ events (-e; bp_floor);
 #   4 KiB random reads and writes at queue depth 1 (p50, p99 latency), 4 KiB random reads at
 #     depth 16 (IOPS), 128 KiB sequential reads and writes at depth 4 (MB/s), with the client
 #     VM's CPU time per I/O, for every system;
@@ -14,6 +14,11 @@
 #     under 4 KiB random reads at QD1, for nvme-rdma and rdmadisk-rdma (bp_gap).
 # Writes selftests/out/bench/: samples.jsonl (every sample), results.json, results.md (medians,
 # spreads and same-run ratios) and PNG plots; the committed set is in docs/bench/.
+# Then, unless BENCH_DIAG=0, one more job per system of 4 KiB random reads at depths 1 and 16 with
+# the storage VM's sched and syscall tracepoints on (bp_diag): system calls and wake-ups per I/O
+# and how long a woken task waited for the CPU. Kept out of the timed jobs: tracing costs.
+# BENCH_KERNEL: bench (the default; the test kernel without its debug options,
+# selftests/kernel/bench.config, with this module built against it) or debug (the test kernel).
 # BENCH_SYSTEMS narrows the systems (default: all five), BENCH_JOBS the workloads (names as in
 # BP_WORKLOADS, and rr4k_qdN for the scaling depths; default: all); BENCH_FLOOR=0 and
 # BENCH_GAP=0 leave out the floor and the NIC servicing gap; BENCH_TARGET_ARGS adds options to
@@ -28,6 +33,25 @@ REPS=${BENCH_REPS:-3}
 SYSTEMS=${BENCH_SYSTEMS:-rdmadisk-rdma nvme-rdma rnbd rdmadisk-tcp nvme-tcp}
 # A RAM disk the size of the test data (brd allocates its pages as they are written).
 export TB_APPEND="brd.rd_nr=1 brd.rd_size=$((64 << 10))"
+export KERNEL_FLAVOR=${BENCH_KERNEL:-bench}
+case $KERNEL_FLAVOR in
+  debug) why="the test kernel, with lockdep, KFENCE, kmemleak and DEBUG_ATOMIC_SLEEP" ;;
+  bench) why="the bench kernel: the test kernel without its debug options (selftests/kernel/bench.config)" ;;
+  *) echo "BENCH_KERNEL=$KERNEL_FLAVOR: it is bench or debug" >&2; exit 2 ;;
+esac
+echo "# [bench] kernel: $why"
+BP_KDIR=$("$HERE/kernel/build-kernel.sh") || exit 1
+if [ "$KERNEL_FLAVOR" = bench ]; then
+  # The module, built against the bench kernel from a copy of its sources (Kbuild builds in
+  # the source directory, where the test kernel's build lives).
+  modsrc=$HERE/out/module-bench
+  rm -rf "$modsrc" && "$HERE/host/dkms-source.sh" "$modsrc" &&
+    make -s -C "$BP_KDIR" M="$modsrc" RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc \
+      BINDGEN="${RDMADISK_CACHE:-$HOME/.cache/rdmadisk}/bin/bindgen" modules >/dev/null ||
+    { echo "# [bench] cannot build rdmadisk.ko against $BP_KDIR" >&2; exit 1; }
+  export DK_KO=$modsrc/rdmadisk.ko
+fi
+export BP_KDIR
 # shellcheck source-path=SCRIPTDIR source=../vm/testbed.sh
 source "$HERE/vm/testbed.sh"
 trap 'tb_shutdown >/dev/null 2>&1' EXIT
@@ -76,6 +100,12 @@ for ((rep = 1; rep <= REPS; rep++)); do
     done
   done
 done
+if [ "${BENCH_DIAG:-1}" != 0 ]; then
+  bp_log "diagnostics: sched and syscall tracepoints on the storage VM"
+  for s in $SYSTEMS; do
+    for qd in 1 16; do bp_diag "$s" "$qd" || bp_log "$s: no diagnostic sample at QD$qd"; done
+  done
+fi
 # NIC servicing under load, last: deleting rxe0 reaches every RDMA system, and nvme-rdma's
 # host deletes its controller, so nvme-rdma goes first and rdmadisk after it.
 for s in nvme-rdma rdmadisk-rdma; do
@@ -99,7 +129,7 @@ if [ -n "${DK_DEV:-}" ]; then
   dk_csnap "$DK_DEV"
   echo "# rdmadisk client: $(grep -E '^(inline_writes|remote_invalidations|max_outstanding|credit_waits|timeouts|reconnects|io_errors)=' <<<"$DK_CS" | tr '\n' ' ')"
 fi
-kernel=$(on compute "uname -r")
+kernel="$(on compute "uname -r"), $KERNEL_FLAVOR kernel"
 bp_teardown
 /usr/bin/python3 "$HERE/bench/report.py" "$OUT" --kernel "$kernel" --secs "$BP_SECS" --reps "$REPS" --backing "$BP_KIND" \
   --host "$(nproc) cores, $(awk '/MemTotal/ { printf "%d GiB", $2 / 1048576 }' /proc/meminfo); two TCG VMs, soft-RoCE over one qemu datagram link" \

@@ -16,7 +16,9 @@ DK_ID=${TB_TEST:-disk}
 DK_UT=$TB_REPO/userspace-tools
 DK_TARGET=$CARGO_TARGET_DIR/release/rdmadisk-target
 DK_CLIENT=$CARGO_TARGET_DIR/release/rdmadisk-testclient
-DK_KO=$TB_REPO/rdmadisk.ko
+# The module to load: the one built in the clone, unless the caller built another (make bench
+# builds one against its bench kernel).
+DK_KO=${DK_KO:-$TB_REPO/rdmadisk.ko}
 DK_CTL=/sys/class/rdmadisk/ctl
 DK_S=$TB_STORAGE_ADDR
 DK_PORT=7700
