@@ -3,9 +3,15 @@
 
 Writes results.json (every sample and the summary), results.md (the tables) and, when
 matplotlib is there, latency.png, iops.png and scaling.png, all in the output directory.
+
+A job that failed or stalled (a second or more with no completion: bench/peers-lib.sh) is
+counted and shown as such, and enters no figure and no ratio: a repetition whose job failed
+or stalled on either system gives no ratio. Each ratio is the median of the repetitions'
+ratios, with a bootstrap 95% interval over those paired repetitions.
 """
 import argparse
 import json
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -31,6 +37,16 @@ TITLES = {
 UNITS = {"lat_p50_us": "µs p50", "lat_p99_us": "µs p99", "iops": "IOPS", "mb_s": "MB/s"}
 
 
+def broken(s):
+    """The job failed or stalled: its figures mean nothing."""
+    return bool(s.get("error") or s.get("stalled"))
+
+
+def timed(samples):
+    """The timed jobs' samples that are whole (no diagnostic job, nothing broken)."""
+    return [s for s in samples if not s.get("diag") and not broken(s)]
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -39,14 +55,15 @@ def med(xs):
 def summary(samples):
     """(system, job) -> {figure: (median, min, max, n)}"""
     groups = {}
-    for s in samples:
+    for s in timed(samples):
         groups.setdefault((s["system"], s["job"]), []).append(s)
     out = {}
     for key, ss in groups.items():
         figs = {}
         for f in ("iops", "mb_s", "lat_p50_us", "lat_p99_us", "lat_mean_us", "cpu_us_per_io", "target_us", "backing_us",
                   "ctxt_per_io", "storage_cpu_us_per_io", "storage_ctxt_per_io", "target_user_us_per_io",
-                  "target_sys_us_per_io", "target_wakeups_per_io"):
+                  "target_sys_us_per_io", "target_wakeups_per_io", "storage_tcp_insegs_per_io",
+                  "compute_tcp_outsegs_per_io"):
             xs = [s[f] for s in ss if s.get(f) is not None]
             if xs:
                 figs[f] = (statistics.median(xs), min(xs), max(xs), len(xs))
@@ -65,7 +82,7 @@ def ratio(samples, a, b, job):
     median and, in brackets, their spread."""
     f, better = FIGURES[job]
     by = {}
-    for s in samples:
+    for s in timed(samples):
         if s["job"] == job and s["system"] in (a, b) and s.get(f):
             by.setdefault(s["rep"], {})[s["system"]] = s[f]
     rs = []
@@ -79,24 +96,36 @@ def ratio(samples, a, b, job):
 def rep_ratios(samples, system, num, den, f):
     """Each repetition's `num` ÷ `den` figure `f` of one system, sorted."""
     by = {}
-    for s in samples:
+    for s in timed(samples):
         if s["system"] == system and s["job"] in (num, den) and s.get(f):
             by.setdefault(s["rep"], {})[s["job"]] = s[f]
     return sorted(v[num] / v[den] for v in by.values() if num in v and den in v)
 
 
+def boot_ci(rs, n=4000):
+    """A bootstrap 95% interval of the median of `rs` (percentile method, fixed seed so that a
+    report is reproducible from its samples). With fewer than 3 values there is none."""
+    if len(rs) < 3:
+        return None
+    rng = random.Random(2027)
+    meds = sorted(statistics.median(rng.choices(rs, k=len(rs))) for _ in range(n))
+    return [meds[int(0.025 * n)], meds[int(0.975 * n) - 1]]
+
+
 def spread(rs):
-    """{median, min, max, n} of a list of ratios; None if empty."""
+    """{median, min, max, n, ci95} of a list of ratios; None if empty."""
     if not rs:
         return None
-    return {"median": statistics.median(rs), "min": min(rs), "max": max(rs), "n": len(rs)}
+    return {"median": statistics.median(rs), "min": min(rs), "max": max(rs), "n": len(rs), "ci95": boot_ci(rs)}
 
 
 def fmt_ratio(rs):
-    """A ratio's cell: the median, and the spread (min–max over the repetitions)."""
+    """A ratio's cell: the median, the bootstrap 95% interval and the pairs it rests on."""
     if not rs:
         return "–"
-    return f"{statistics.median(rs):.2f} ({min(rs):.2f}–{max(rs):.2f})"
+    ci = boot_ci(rs)
+    ci_s = f"[{ci[0]:.2f}–{ci[1]:.2f}]" if ci else f"(min–max {min(rs):.2f}–{max(rs):.2f})"
+    return f"{statistics.median(rs):.2f} {ci_s}, n={len(rs)}"
 
 
 def fmt(v, nd=2):
@@ -130,8 +159,17 @@ def main():
         f"{date}; kernel {a.kernel}; {a.host}. fio libaio (the polled job: io_uring, --hipri), direct, one job on the first 32 MiB "
         f"of {a.backing} on the storage VM that every system serves; two hardware queues for "
         f"each, and one poll queue (used only by the polled job); {a.reps} repetitions of {a.secs} s, interleaved across the systems; medians, "
-        f"with the spread (min–max) in brackets. The whole run took {a.minutes} minutes.\n"
+        f"with the spread (min–max) in brackets. A job that failed, or stalled (a second or more with no completion), "
+        f"is counted in its cell and enters no figure and no ratio. The whole run took {a.minutes} minutes.\n"
     )
+    agents = {vm: [x["agent_cpu_us"][vm] for x in samples if x.get("agent_cpu_us") and x["agent_cpu_us"].get(vm) is not None]
+              for vm in ("compute", "storage")}
+    if agents["storage"]:
+        md.append(
+            "The test bed's agents (which poll their command queues 10 times a second when idle) run each job's "
+            "counter commands for the whole measuring window, so they do not poll then: their CPU time in a window was "
+            + ", ".join(f"{vm} {max(v):.0f} µs at most ({len(v)} jobs)" for vm, v in agents.items() if v) + ".\n"
+        )
     md.append("## Figures\n")
     md.append("| workload | " + " | ".join(systems) + " |")
     md.append("|---|" + "---|" * len(systems))
@@ -143,16 +181,20 @@ def main():
             cells = []
             for s in systems:
                 v = summ.get((s, job), {}).get(ff)
-                failed = sum(1 for x in samples if x["system"] == s and x["job"] == job and x.get("error"))
+                mine = [x for x in samples if x["system"] == s and x["job"] == job and not x.get("diag")]
+                failed = sum(1 for x in mine if x.get("error"))
+                stalled = sum(1 for x in mine if x.get("stalled") and not x.get("error"))
                 cell = "–" if not v else f"{v[0]:.0f} ({v[1]:.0f}–{v[2]:.0f})"
-                cells.append(cell + (f", {failed} failed" if failed else ""))
+                cells.append(cell + (f", {failed} failed" if failed else "") + (f", {stalled} stalled" if stalled else ""))
             md.append(f"| {TITLES[job]}, {UNITS[ff]} | " + " | ".join(cells) + " |")
     for f, what in (("cpu_us_per_io", "client CPU µs per I/O"), ("ctxt_per_io", "client context switches per I/O"),
                     ("storage_cpu_us_per_io", "storage CPU µs per I/O"),
                     ("storage_ctxt_per_io", "storage context switches per I/O"),
                     ("target_user_us_per_io", "rdmadisk-target's user CPU µs per I/O"),
                     ("target_sys_us_per_io", "rdmadisk-target's system CPU µs per I/O"),
-                    ("target_wakeups_per_io", "rdmadisk-target's wake-ups per I/O")):
+                    ("target_wakeups_per_io", "rdmadisk-target's wake-ups per I/O"),
+                    ("storage_tcp_insegs_per_io", "TCP segments the storage VM received per I/O"),
+                    ("compute_tcp_outsegs_per_io", "TCP segments the compute VM sent per I/O")):
         for job in jobs:
             cells = []
             for s in systems:
@@ -163,7 +205,8 @@ def main():
 
     md.append(
         "\n## Same-run ratios (above 1: rdmadisk is better; the median of the repetitions' ratios, "
-        "with their spread, min–max, in brackets)\n"
+        "a bootstrap 95% interval over the paired repetitions in brackets, and how many pairs; a repetition "
+        "where either job failed or stalled gives none)\n"
     )
     pairs = [
         ("rdmadisk-rdma", "nvme-rdma"),
@@ -240,22 +283,27 @@ def main():
         md.append("|---|---|---|---|")
         for k, s in floor.items():
             md.append(f"| {k} | {fmt(s.get('lat_p50_us'), 1)} | {fmt(s.get('lat_p99_us'), 1)} | {fmt(s.get('mb_s'), 1)} |")
-        send, write = floor.get("ib_send_lat_64"), floor.get("ib_write_lat_4096")
+        # ib_write_lat has no event mode, and its busy poll is starved under TCG: a 4 KiB Send
+        # (ib_send_lat -e) stands for the 4 KiB RDMA Write.
+        send, write = floor.get("ib_send_lat_64"), floor.get("ib_send_lat_4096")
         if send and write:
             fl = 2 * send["lat_p50_us"] + write["lat_p50_us"]
             rd = fig(summ, "rdmadisk-rdma", "rr4k_qd1", "lat_p50_us")
             # The floor is measured once; the spread is that of rdmadisk's repetitions.
             rs = sorted(x["lat_p50_us"] / fl for x in samples
-                        if x["system"] == "rdmadisk-rdma" and x["job"] == "rr4k_qd1" and x.get("lat_p50_us"))
+                        if x["system"] == "rdmadisk-rdma" and x["job"] == "rr4k_qd1" and x.get("lat_p50_us")
+                        and not broken(x) and not x.get("diag"))
             ratios["rdmadisk-rdma/floor/rr4k_qd1"] = rd / fl if rd else None
             spreads["rdmadisk-rdma/floor/rr4k_qd1"] = spread(rs)
             md.append(
                 f"\nFloor of a 4 KiB read at QD1: a small Send each way and one 4 KiB RDMA Write "
-                f"(2 × ib_send_lat 64 B + ib_write_lat 4 KiB, one-way figures) = {fl:.0f} µs; "
+                f"(2 × ib_send_lat 64 B + ib_send_lat 4 KiB, one-way figures, all with -e: "
+                f"they sleep on CQ events as the systems do) = {fl:.0f} µs; "
                 f"rdmadisk-rdma's p50 is {fmt(rd, 0)} µs, {fmt_ratio(rs)} × the floor."
             )
     else:
         md.append("(not measured)")
+    diag_tables(md, samples, systems)
     (d / "results.md").write_text("\n".join(md) + "\n")
     summary_json = {
         f"{k[0]}/{k[1]}": {f: {"median": v[0], "min": v[1], "max": v[2], "n": v[3]} for f, v in figs.items()}
@@ -282,6 +330,41 @@ def main():
     plots(d, summ, systems, scal)
     print((d / "results.md").read_text())
     return 0
+
+
+def diag_tables(md, samples, systems):
+    """The diagnostic jobs (bp_diag): system calls and wake-ups per I/O on the storage VM, and
+    how long a woken task waited for the CPU."""
+    diag = {(s["system"], s["job"]): s for s in samples if s.get("diag")}
+    if not diag:
+        return
+    md.append("\n## On the storage VM, per I/O (one traced job each: sched and raw_syscalls tracepoints)\n")
+    md.append(
+        "Tracing costs time per event, so these jobs enter no other table. The target's figures are "
+        "rdmadisk-target's threads (the peers' targets run in the kernel: none); the VM's are every task's. "
+        "Wake-up to run: from sched_wakeup to the sched_switch that runs the task; the last column gives "
+        "the share of the target's waits longer than EEVDF's 0.75 ms base slice.\n"
+    )
+    md.append("| system | workload | target syscalls | target wake-ups | VM syscalls | VM wake-ups | "
+              "target wake→run p50 / p99 µs | all tasks wake→run p50 / p99 µs | target waits > 0.75 ms | "
+              "who ran while the target waited > 0.1 ms (µs) |")
+    md.append("|---|---|---|---|---|---|---|---|---|---|")
+    for s in systems:
+        for job in ("rr4k_qd1", "rr4k_qd16"):
+            x = diag.get((s, job))
+            if not x:
+                continue
+            wt, wa = x.get("wake_to_run_target") or {}, x.get("wake_to_run_all") or {}
+            lost = f" (trace lost {x['trace_overrun']} events)" if x.get("trace_overrun") else ""
+            who = ", ".join(f"{k} {v}" for k, v in (x.get("ran_while_target_waited_us") or {}).items()) or "–"
+            over = wt.get("over_base_slice")
+            md.append(
+                f"| {s} | {TITLES[job]}{lost} | {fmt(x.get('target_syscalls_per_io'), 1)} | "
+                f"{fmt(x.get('target_wakeups_per_io'), 1)} | {fmt(x.get('vm_syscalls_per_io'), 1)} | "
+                f"{fmt(x.get('vm_wakeups_per_io'), 1)} | {fmt(wt.get('p50_us'), 0)} / {fmt(wt.get('p99_us'), 0)} | "
+                f"{fmt(wa.get('p50_us'), 0)} / {fmt(wa.get('p99_us'), 0)} | "
+                f"{'–' if over is None else f'{100 * over:.0f}%'} | {who} |"
+            )
 
 
 def plots(d, summ, systems, scal):
