@@ -5,11 +5,12 @@
 #
 # Every system serves the same block device on the storage VM (BP_BDEV: a brd RAM disk when
 # the VMs were booted with one, else a loop device over a tmpfs file):
-#   rdmadisk-rdma, rdmadisk-tcp  rdmadisk-target exporting it twice (bench, bench-tcp; neither
-#                                export holds it exclusively); a disk of each, queues=2
-#                                poll_queues=1, one kept on rdma and the other on tcp for the
-#                                whole run, as nvme-rdma and nvme-tcp each have their own
-#                                controller: no job starts after a transport switch
+#   rdmadisk-rdma, rdmadisk-tcp  rdmadisk-target exporting it (bench) and its twin (bench-tcp:
+#                                BP_BDEV_TCP, the second RAM disk or loop device of the same
+#                                size: the target holds each device exclusively); a disk of
+#                                each, queues=2 poll_queues=1, one kept on rdma and the other on
+#                                tcp for the whole run, as nvme-rdma and nvme-tcp each have their
+#                                own controller: no job starts after a transport switch
 #   nvme-rdma, nvme-tcp          nvmet (configfs) exporting it as a namespace; nvme connect
 #                                -i 2 -P 1
 #   rnbd                         rnbd-server exporting it over RTRS; rnbd-client mapping it
@@ -33,20 +34,26 @@ bp_log() { echo "# [bench] $*"; }
 bp_dev_line() { sed -n 's/^DEV=//p' | tail -n1; }
 
 bp_backing() {
-  BP_LOOP_FILE=$DK_BACKDIR/$DK_ID-bench.img
-  BP_BDEV=$(on storage "if [ -b /dev/ram0 ] && [ \$(blockdev --getsize64 /dev/ram0) -ge $((BP_SIZE_MB << 20)) ]; then echo DEV=/dev/ram0
-else mkdir -p $DK_BACKDIR && rm -f $BP_LOOP_FILE && truncate -s ${BP_SIZE_MB}M $BP_LOOP_FILE && echo DEV=\$(losetup -f --show $BP_LOOP_FILE); fi" | bp_dev_line)
-  [ -n "$BP_BDEV" ] || return 1
+  BP_LOOP_FILES="$DK_BACKDIR/$DK_ID-bench.img $DK_BACKDIR/$DK_ID-bench-tcp.img"
+  local devs
+  devs=$(on storage "set -- $BP_LOOP_FILES
+for n in 0 1; do
+  if [ -b /dev/ram\$n ] && [ \$(blockdev --getsize64 /dev/ram\$n) -ge $((BP_SIZE_MB << 20)) ]; then echo DEV\$n=/dev/ram\$n
+  else mkdir -p $DK_BACKDIR && rm -f \$1 && truncate -s ${BP_SIZE_MB}M \$1 && echo DEV\$n=\$(losetup -f --show \$1); fi
+  shift
+done")
+  BP_BDEV=$(sed -n 's/^DEV0=//p' <<<"$devs") BP_BDEV_TCP=$(sed -n 's/^DEV1=//p' <<<"$devs")
+  [ -n "$BP_BDEV" ] && [ -n "$BP_BDEV_TCP" ] || return 1
   # shellcheck disable=SC2034 # read by bench/peers.sh and tests/95-bench-smoke.sh
   BP_KIND=$([ "$BP_BDEV" = /dev/ram0 ] && echo "a brd RAM disk" || echo "a loop device over a tmpfs file")
-  on storage "dd if=/dev/urandom of=$BP_BDEV bs=1M count=$BP_SIZE_MB oflag=direct status=none" || return 1
-  bp_log "backing: $BP_BDEV ($BP_SIZE_MB MiB) for every system"
+  on storage "dd if=/dev/urandom of=$BP_BDEV bs=1M count=$BP_SIZE_MB oflag=direct status=none &&
+dd if=$BP_BDEV of=$BP_BDEV_TCP bs=1M count=$BP_SIZE_MB iflag=direct oflag=direct status=none" || return 1
+  bp_log "backing: $BP_BDEV ($BP_SIZE_MB MiB) for every system; rdmadisk-tcp's: $BP_BDEV_TCP, a copy"
 }
 
 bp_setup_rdmadisk() {
   # shellcheck disable=SC2086 # BENCH_TARGET_ARGS: more target options, word-split
-  dk_target_start --export "bench=$BP_BDEV" --export "bench-tcp=$BP_BDEV" --no-exclusive bench \
-    --no-exclusive bench-tcp ${BENCH_TARGET_ARGS:-} >/dev/null || return 1
+  dk_target_start --export "bench=$BP_BDEV" --export "bench-tcp=$BP_BDEV_TCP" ${BENCH_TARGET_ARGS:-} >/dev/null || return 1
   dk_load || return 1
   local t
   for t in rdma tcp; do
@@ -151,7 +158,11 @@ for p in ports/*; do rm -f \$p/subsystems/$BP_NQN; rmdir \$p 2>/dev/null; done
 [ -d subsystems/$BP_NQN ] && { echo 0 >subsystems/$BP_NQN/namespaces/1/enable; rmdir subsystems/$BP_NQN/namespaces/1 subsystems/$BP_NQN; }
 true" >/dev/null 2>&1
   dk_cleanup
-  [ "${BP_BDEV:-}" = /dev/ram0 ] || on storage "[ -n '${BP_BDEV:-}' ] && losetup -d ${BP_BDEV:-none}; rm -f ${BP_LOOP_FILE:-/nonexistent}; true" >/dev/null 2>&1
+  local d
+  for d in ${BP_BDEV:-} ${BP_BDEV_TCP:-}; do
+    [[ $d == /dev/ram* ]] || on storage "losetup -d $d" >/dev/null 2>&1
+  done
+  on storage "rm -f ${BP_LOOP_FILES:-/nonexistent}" >/dev/null 2>&1
 }
 
 # VM-side helpers of a job's window: agcpu, the CPU ticks of the VM's agent (the parent of the
@@ -363,16 +374,20 @@ bp_floor() {
   local t size out iters
   for t in ${BP_FLOOR_TESTS:-ib_send_lat:64 ib_send_lat:4096 ib_read_lat:4096 ib_read_bw:131072}; do
     IFS=: read -r t size <<<"$t"
-    iters=2000
+    iters=1000
     [[ $t == *_bw ]] && iters=500
     local bw="-e"
     [[ $t == *_bw ]] && bw="-e -t 16"
     # No server of an earlier test may hold perftest's port.
-    on storage "pkill -f '^timeout 300 ib_'; pkill -x 'ib_(send|write|read)_(lat|bw)'
-setsid timeout 300 $t -d rxe0 -s $size -n $iters $bw -F >$TB_DIR/floor-server.out 2>&1 </dev/null &" >/dev/null
-    # The server takes a few seconds to listen under TCG (as in tests/25-ib-send-lat.sh).
-    out=$(on compute "for i in \$(seq 15); do timeout 300 $t -d $TR_RXE -s $size -n $iters $bw -F $DK_S >$TB_DIR/floor.out 2>&1 && { cat $TB_DIR/floor.out; exit 0; }
-  grep -q \"Couldn't connect\" $TB_DIR/floor.out || break; sleep 2; done; cat $TB_DIR/floor.out; exit 1") || { echo "  $t -s $size failed: $(tail -n3 <<<"$out")"; continue; }
+    # The server takes a few seconds to listen under TCG: the client starts once it does.
+    on storage "$DK_VM_DEFS
+pkill -f '^timeout [0-9]* ib_'; pkill -x 'ib_(send|write|read)_(lat|bw)'
+setsid timeout 240 $t -d rxe0 -s $size -n $iters $bw -F >$TB_DIR/floor-server.out 2>&1 </dev/null &
+for i in \$(seq 150); do ss -ltn | grep -q ':18515 ' && exit 0; pause 0.2; done; exit 1" >/dev/null ||
+      { echo "  $t -s $size: the server did not listen in 30 s: $(tail -n3 "$TB_DIR/floor-server.out")"; continue; }
+    out=$(on compute "for i in 1 2 3; do timeout 180 $t -d $TR_RXE -s $size -n $iters $bw -F $DK_S >$TB_DIR/floor.out 2>&1 && { cat $TB_DIR/floor.out; exit 0; }
+  grep -q \"Couldn't connect\" $TB_DIR/floor.out || break; sleep 2; done; echo status \$?; cat $TB_DIR/floor.out; exit 1") ||
+      { echo "  $t -s $size failed: $(tail -n3 <<<"$out"); server: $(tail -n3 "$TB_DIR/floor-server.out")"; continue; }
     OUT=$out python3 - "$t" "$size" >>"$BP_SAMPLES" <<'PY'
 import json, os, sys
 t, size = sys.argv[1], int(sys.argv[2])

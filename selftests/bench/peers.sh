@@ -31,8 +31,9 @@ OUT=${BENCH_OUT:-$HERE/out/bench}
 BP_SECS=${BENCH_SECS:-8}
 REPS=${BENCH_REPS:-3}
 SYSTEMS=${BENCH_SYSTEMS:-rdmadisk-rdma nvme-rdma rnbd rdmadisk-tcp nvme-tcp}
-# A RAM disk the size of the test data (brd allocates its pages as they are written).
-export TB_APPEND="brd.rd_nr=1 brd.rd_size=$((64 << 10))"
+# RAM disks the size of the test data (brd allocates its pages as they are written): one
+# every system serves, and its twin for rdmadisk-tcp (peers-lib.sh says why).
+export TB_APPEND="brd.rd_nr=2 brd.rd_size=$((64 << 10))"
 export KERNEL_FLAVOR=${BENCH_KERNEL:-bench}
 case $KERNEL_FLAVOR in
   debug) why="the test kernel, with lockdep, KFENCE, kmemleak and DEBUG_ATOMIC_SLEEP" ;;
