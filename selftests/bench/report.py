@@ -267,11 +267,12 @@ def main():
                 md.append(f"| {s['system']} | not measured: {s['skipped']} | | | |")
                 ratios[f"{s['system']}/nic_gap_ms"] = None
                 continue
-            # I/O that failed never came back: the gap between the completions fio logged
-            # before the error says nothing then.
-            gap = None if s.get("fio_error") else s.get("gap_ms")
+            # I/O that failed never came back, and a disk that went away fails what comes after:
+            # the gap between the completions fio logged says nothing then.
+            lost = "the I/O failed" if s.get("fio_error") else None if s.get("device_left") else "the disk went away"
+            gap = None if lost else s.get("gap_ms")
             md.append(
-                f"| {s['system']} | {'unbounded (the I/O failed)' if s.get('fio_error') else fmt(gap, 0)} | "
+                f"| {s['system']} | {f'unbounded ({lost})' if lost else fmt(gap, 0)} | "
                 f"{s.get('completions')} | {s.get('fio_error') or 'no'} | {'yes' if s.get('device_left') else 'no'} |"
             )
             ratios[f"{s['system']}/nic_gap_ms"] = gap
@@ -354,6 +355,10 @@ def diag_tables(md, samples, systems):
             x = diag.get((s, job))
             if not x:
                 continue
+            if not s.startswith("rdmadisk"):
+                # rdmadisk-target idles through the peers' jobs: its threads are not their target.
+                x = {**x, "target_syscalls_per_io": None, "target_wakeups_per_io": None,
+                     "wake_to_run_target": None, "ran_while_target_waited_us": None}
             wt, wa = x.get("wake_to_run_target") or {}, x.get("wake_to_run_all") or {}
             lost = f" (trace lost {x['trace_overrun']} events)" if x.get("trace_overrun") else ""
             who = ", ".join(f"{k} {v}" for k, v in (x.get("ran_while_target_waited_us") or {}).items()) or "–"
