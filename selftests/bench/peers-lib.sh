@@ -383,7 +383,7 @@ bp_floor() {
     on storage "$DK_VM_DEFS
 pkill -f '^timeout [0-9]* ib_'; pkill -x 'ib_(send|write|read)_(lat|bw)'
 setsid timeout 240 $t -d rxe0 -s $size -n $iters $bw -F >$TB_DIR/floor-server.out 2>&1 </dev/null &
-for i in \$(seq 150); do ss -ltn | grep -q ':18515 ' && exit 0; pause 0.2; done; exit 1" >/dev/null ||
+for i in \$(seq 150); do ss -ltn | grep -q ':18515 ' && { pause 2; exit 0; }; pause 0.2; done; exit 1" >/dev/null ||
       { echo "  $t -s $size: the server did not listen in 30 s: $(tail -n3 "$TB_DIR/floor-server.out")"; continue; }
     out=$(on compute "for i in 1 2 3; do timeout 180 $t -d $TR_RXE -s $size -n $iters $bw -F $DK_S >$TB_DIR/floor.out 2>&1 && { cat $TB_DIR/floor.out; exit 0; }
   grep -q \"Couldn't connect\" $TB_DIR/floor.out || break; sleep 2; done; echo status \$?; cat $TB_DIR/floor.out; exit 1") ||
