@@ -83,6 +83,14 @@ bp_failed() { # bp_failed SYSTEM REP NAME
 }
 # picked NAME: the workload is in BENCH_JOBS (all are when it is not set).
 picked() { [ -z "${BENCH_JOBS:-}" ] || [[ " $BENCH_JOBS " == *" $1 "* ]]; }
+# What rdmadisk's CRC32C of a 4 KiB block costs in each VM: work the peers do not do.
+if (cd "$DK_UT" && cargo build -q --release -p rdmadisk-proto --example crc32c_speed); then
+  crc=$CARGO_TARGET_DIR/release/examples/crc32c_speed
+  c=$(on compute "$crc 300" | sed -n 's/^crc32c_4k_us=\([0-9.]*\).*/\1/p')
+  st=$(on storage "$crc 300" | sed -n 's/^crc32c_4k_us=\([0-9.]*\).*/\1/p')
+  bp_log "CRC32C of 4 KiB: ${c:-?} us on the compute VM, ${st:-?} us on the storage VM"
+  printf '{"system": "crc32c", "job": "crc32c_4k", "rep": 0, "compute_us": %s, "storage_us": %s}\n' "${c:-null}" "${st:-null}" >>"$BP_SAMPLES"
+fi
 if [ "${BENCH_FLOOR:-1}" != 0 ]; then
   bp_log "floor (perftest)"
   bp_floor
