@@ -369,10 +369,12 @@ BP_SCALING_QD="2 4 8 32"
 # sample per test: *_lat report the typical (median) and 99th percentile latency, *_bw the
 # average bandwidth. Every test sleeps on CQ events (-e), as the systems measured do: a busy
 # poll starves soft-RoCE's own work on a TCG vCPU. ib_write_lat and ib_write_bw have no event
-# mode, so they are not run; a 4 KiB Send stands for a 4 KiB RDMA Write (report.py).
+# mode, and ib_send_lat's hung in this bed with the systems' connections up (in three runs out
+# of four, before its first line), so only RDMA Reads are timed; report.py builds the floor from
+# them.
 bp_floor() {
   local t size out iters
-  for t in ${BP_FLOOR_TESTS:-ib_send_lat:64 ib_send_lat:4096 ib_read_lat:4096 ib_read_bw:131072}; do
+  for t in ${BP_FLOOR_TESTS:-ib_read_lat:64 ib_read_lat:4096 ib_read_bw:131072}; do
     IFS=: read -r t size <<<"$t"
     iters=1000
     [[ $t == *_bw ]] && iters=500

@@ -4,8 +4,8 @@
 # Boots the test bed with a brd RAM disk on each VM (the storage VM's serves every system), and
 # measures, in BENCH_REPS repetitions (default 3) interleaved across the systems, each fio job
 # running BENCH_SECS seconds (default 8):
-#   the floor: perftest ib_send_lat (64 B, 4 KiB), ib_read_lat (4 KiB) and ib_read_bw
-#     (128 KiB) between the VMs' soft-RoCE devices, sleeping on CQ events (-e; bp_floor);
+#   the floor: perftest ib_read_lat (64 B, 4 KiB) and ib_read_bw (128 KiB) between the VMs'
+#     soft-RoCE devices, sleeping on CQ events (-e; bp_floor says why only those);
 #   4 KiB random reads and writes at queue depth 1 (p50, p99 latency), 4 KiB random reads at
 #     depth 16 (IOPS), 128 KiB sequential reads and writes at depth 4 (MB/s), with the client
 #     VM's CPU time per I/O, for every system;

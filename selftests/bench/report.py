@@ -293,11 +293,13 @@ def main():
         md.append("|---|---|---|---|")
         for k, s in floor.items():
             md.append(f"| {k} | {fmt(s.get('lat_p50_us'), 1)} | {fmt(s.get('lat_p99_us'), 1)} | {fmt(s.get('mb_s'), 1)} |")
-        # ib_write_lat has no event mode, and its busy poll is starved under TCG: a 4 KiB Send
-        # (ib_send_lat -e) stands for the 4 KiB RDMA Write.
-        send, write = floor.get("ib_send_lat_64"), floor.get("ib_send_lat_4096")
-        if send and write:
-            fl = 2 * send["lat_p50_us"] + write["lat_p50_us"]
+        # Only RDMA Reads are timed (bench/peers-lib.sh, bp_floor, says why). A read's latency
+        # is a round trip: of 64 B, two small one-way messages; of 4 KiB, one more 4 KiB one
+        # way. A 4 KiB read of a disk is a small request, a 4 KiB RDMA Write and a small
+        # response: read_lat(4 KiB) + read_lat(64 B) / 2.
+        small, big = floor.get("ib_read_lat_64"), floor.get("ib_read_lat_4096")
+        if small and big:
+            fl = big["lat_p50_us"] + small["lat_p50_us"] / 2
             rd = fig(summ, "rdmadisk-rdma", "rr4k_qd1", "lat_p50_us")
             # The floor is measured once; the spread is that of rdmadisk's repetitions.
             rs = sorted(x["lat_p50_us"] / fl for x in samples
@@ -305,11 +307,12 @@ def main():
                         and not broken(x) and not x.get("diag"))
             ratios["rdmadisk-rdma/floor/rr4k_qd1"] = rd / fl if rd else None
             spreads["rdmadisk-rdma/floor/rr4k_qd1"] = spread(rs)
+            nv = fig(summ, "nvme-rdma", "rr4k_qd1", "lat_p50_us")
             md.append(
-                f"\nFloor of a 4 KiB read at QD1: a small Send each way and one 4 KiB RDMA Write "
-                f"(2 × ib_send_lat 64 B + ib_send_lat 4 KiB, one-way figures, all with -e: "
-                f"they sleep on CQ events as the systems do) = {fl:.0f} µs; "
-                f"rdmadisk-rdma's p50 is {fmt(rd, 0)} µs, {fmt_ratio(rs)} × the floor."
+                f"\nFloor of a 4 KiB read at QD1: a small request, a 4 KiB RDMA Write and a small response "
+                f"(ib_read_lat 4 KiB + half of ib_read_lat 64 B, p50s, on CQ events) = {fl:.0f} µs; "
+                f"rdmadisk-rdma's p50 is {fmt(rd, 0)} µs, {fmt_ratio(rs)} × the floor"
+                + (f"; nvme-rdma's {fmt(nv, 0)} µs, {nv / fl:.2f} × the floor." if nv else ".")
             )
     else:
         md.append("(not measured)")

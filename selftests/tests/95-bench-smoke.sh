@@ -49,9 +49,9 @@ n_gt "${d_ios:-0}" 0 && python3 -c "import sys; sys.exit(0 if float(sys.argv[1])
 res $? "bench: the traced job (bp_diag) on rdmadisk-rdma counts the target's system calls and wake-ups per I/O and its wake-up-to-run times (ios=${d_ios:-?} syscalls/io=${d_sys:-?} wake-ups/io=${d_wake:-?} VM wake-ups/io=${d_vmwake:-?} waits=${d_n:-?} lost=${d_lost:-?})"
 python3 -c "import json,sys; s=[json.loads(l) for l in open(sys.argv[1])]; t=[x for x in s if 'iops' in x]; sys.exit(0 if t and all(x.get('max_gap_ms', 0) > 0 and isinstance(x.get('stalled'), bool) for x in t) else 1)" "$BP_SAMPLES"
 res $? "bench: every timed sample has its longest completion gap (ms) and says whether it stalled"
-BP_FLOOR_TESTS=ib_send_lat:64 bp_floor
-grep -q '"job": "ib_send_lat_64"' "$BP_SAMPLES"
-res $? "bench: the perftest floor (ib_send_lat 64 B) gives a sample"
+BP_FLOOR_TESTS=ib_read_lat:64 bp_floor
+grep -q '"job": "ib_read_lat_64"' "$BP_SAMPLES"
+res $? "bench: the perftest floor (ib_read_lat 64 B, on CQ events) gives a sample"
 bp_teardown
 left=$(on compute "ls /sys/class/nvme 2>/dev/null | wc -l; ls /sys/block | grep -c '^rnbd'; ls /sys/block | grep -c '^rdmadisk'" | tr '\n' ' ')
 sleft=$(on storage "ls /sys/kernel/config/nvmet/ports /sys/kernel/config/nvmet/subsystems 2>/dev/null | grep -vc '^\(/.*:\)\?$'; losetup -a | wc -l" | tr '\n' ' ')
