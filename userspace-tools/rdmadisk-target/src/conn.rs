@@ -150,7 +150,7 @@ pub struct Core {
     /// The connection may modify the export (`Attached::writes`).
     writes: bool,
     /// Keeps an exclusive export held (until the last write of this connection is over,
-    /// reaper included); taken once the client is trusted ([`Core::confirm`]).
+    /// stuck ones included: see [`reap`]); taken once the client is trusted ([`Core::confirm`]).
     hold: Option<Hold>,
     /// The client is trusted: it proved its key, or (without a key) its first request came.
     confirmed: bool,
@@ -165,8 +165,8 @@ pub struct Core {
     drain_until: Option<Instant>,
 }
 
-/// How long teardown waits for a connection's ring operations before leaving them to the
-/// reaper.
+/// How long teardown waits for a connection's ring operations before it lets go of the
+/// connection and waits for them apart ([`serve`]).
 const DRAIN: Duration = Duration::from_secs(5);
 
 impl Core {
@@ -726,9 +726,11 @@ impl Drop for Core {
     /// No buffer may go while the kernel may still use it, no fence ticket while its write
     /// may still land, and no exclusive hold before this connection's last write: every
     /// operation in flight is waited for (within [`DRAIN`]). What is left after that (a store
-    /// that hangs) goes to a thread of its own that keeps waiting, with no limit, and gives
-    /// each ticket back as its operation completes and every buffer (a response being sent
-    /// names one, on TCP) once the ring is idle; this connection's thread ends meanwhile.
+    /// that hangs) is waited for with no limit, on this thread (only the thread that used a
+    /// ring may reap it: see [`Ring`]), giving each ticket back as its operation completes and
+    /// every buffer (a response being sent names one, on TCP) once the ring is idle. On a
+    /// connection's thread ([`serve`]) that wait comes after the connection has let go of
+    /// everything else (its place under the caps, its queue pair, its own buffers).
     fn drop(&mut self) {
         let _ = self.drain();
         if self.ring.inflight() == 0 {
@@ -757,8 +759,8 @@ impl Drop for Core {
                 left.tickets.push((i, op, t, s.sync.take()));
             }
         }
-        // The ring moves to the reaper (a ring with operations in flight may be moved: the
-        // kernel knows it by its fd, not by its address).
+        // The ring moves out of the connection (a ring with operations in flight may be moved:
+        // the kernel knows it by its fd, not by its address), but not to another thread.
         match Ring::new(8) {
             Ok(r) => left.ring = Some(std::mem::replace(&mut self.ring, r)),
             Err(e) => {
@@ -767,17 +769,48 @@ impl Drop for Core {
                 return;
             }
         }
-        // If the thread cannot start, the closure is dropped unrun: `Unreaped` keeps what it
-        // holds (leaked) rather than free what the kernel may still use.
+        // `Unreaped` keeps what it holds (leaked) rather than free what the kernel may still
+        // use, if it is dropped unreaped (a panic on the way).
         let left = Unreaped(Some(left));
-        let spawned = std::thread::Builder::new()
-            .name("reaper".into())
-            .spawn(move || reap(left));
-        if let Err(e) = spawned {
-            log::error!(
-                "cannot start a thread to wait for stuck I/O ({e}): keeping its memory for good"
-            );
+        let later = LEFT.try_with(|l| match l.borrow_mut().as_mut() {
+            Some(v) => {
+                v.push(left);
+                None
+            }
+            None => Some(left),
+        });
+        match later {
+            // A connection's thread: once the connection is gone.
+            Ok(None) => {}
+            // Any other thread (a test's, say): here and now.
+            Ok(Some(left)) => reap(left),
+            Err(_) => {
+                log::error!("cannot wait for stuck I/O at thread exit: keeping its memory for good")
+            }
         }
+    }
+}
+
+thread_local! {
+    /// On a connection's thread ([`serve`]): what its connection left in flight, waited for
+    /// once the connection is gone.
+    static LEFT: std::cell::RefCell<Option<Vec<Unreaped>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs a connection (`f`) on this thread, then waits here for the operations its ring still
+/// had in flight when it ended (a store that hangs), if any: by then the connection has let go
+/// of everything else. The wait stays on this thread because a ring's completions can only be
+/// reaped by the thread that submitted to it (`IORING_SETUP_DEFER_TASKRUN`).
+pub fn serve(f: impl FnOnce()) {
+    let _ = LEFT.try_with(|l| *l.borrow_mut() = Some(Vec::new()));
+    f();
+    let left = LEFT
+        .try_with(|l| l.borrow_mut().take())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    for l in left {
+        reap(l);
     }
 }
 
@@ -792,7 +825,7 @@ struct Left {
     export: Arc<Export>,
 }
 
-/// What the reaper thread gets; if it never runs, what it holds is forgotten
+/// What is left for [`reap`]; if it never runs, what it holds is forgotten
 /// ([`Left::forget`]).
 struct Unreaped(Option<Left>);
 
@@ -1042,6 +1075,43 @@ mod tests {
         }
         assert_eq!(answers, 12);
         assert!(t0.elapsed() < TICK, "{:?}", t0.elapsed());
+    }
+
+    /// A store that hangs: what a connection still has in flight when it ends is waited for
+    /// on the connection's own thread (only that thread may reap its ring), once the
+    /// connection is gone; the thread ends when it completes.
+    #[test]
+    fn stuck_io_is_waited_for_on_the_connections_own_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = testkit::Hangs::new(&dir.path().join("e"));
+        let release = b.releaser();
+        let t = testkit::target(vec![("e", Box::new(b))]);
+        let pool = Pool::plain(1 << 20, &Budget::new(64 << 20, 1 << 20));
+        let (gone_tx, gone_rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            serve(move || {
+                let mut c = testkit::core(&t, "e", 0, &pool);
+                start(&mut c, 0, request(Opcode::Read, 1, 0, &[], 4096), None);
+                // Waits for DRAIN, then leaves the operation for later.
+                drop(c);
+                gone_tx.send(()).unwrap();
+            })
+        });
+        gone_rx
+            .recv_timeout(DRAIN + Duration::from_secs(10))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !h.is_finished(),
+            "the thread stopped waiting for its stuck operation"
+        );
+        release();
+        let t0 = Instant::now();
+        while !h.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(h.is_finished(), "the stuck operation's end was not seen");
+        h.join().unwrap();
     }
 
     #[test]

@@ -171,13 +171,16 @@ impl Listener {
                             let map = conns.clone();
                             let name = format!("rdma-{}", conn.peer);
                             match thread::Builder::new().name(name).spawn(move || {
-                                // Out of the map before the id is destroyed: a new id may get
-                                // the same address, and its events must find its own entry.
-                                conn.run(move || {
-                                    map.lock()
-                                        .unwrap_or_else(PoisonError::into_inner)
-                                        .remove(&key);
-                                });
+                                crate::conn::serve(move || {
+                                    // Out of the map before the id is destroyed: a new id may
+                                    // get the same address, and its events must find its own
+                                    // entry.
+                                    conn.run(move || {
+                                        map.lock()
+                                            .unwrap_or_else(PoisonError::into_inner)
+                                            .remove(&key);
+                                    });
+                                })
                             }) {
                                 Ok(h) => threads.push(h),
                                 Err(e) => {

@@ -80,8 +80,9 @@ pub fn serve(
                 let p = pool.clone();
                 match thread::Builder::new()
                     .name(format!("tcp-{peer}"))
-                    .spawn(move || connection(tt, stream, peer, p, cap, mem))
-                {
+                    .spawn(move || {
+                        crate::conn::serve(move || connection(tt, stream, peer, p, cap, mem))
+                    }) {
                     Ok(h) => threads.push(h),
                     Err(e) => log::error!("tcp: cannot start a thread for {peer}: {e}"),
                 }

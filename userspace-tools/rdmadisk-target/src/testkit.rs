@@ -257,3 +257,65 @@ impl Backing for Blocks {
         self.file.sync()
     }
 }
+
+/// A store that hangs: every operation waits (a poll of a pipe on the ring) until
+/// [`Hangs::release`] is called, then completes with 0 bytes.
+pub struct Hangs {
+    file: FdBacking,
+    pipe: (OwnedFd, Arc<OwnedFd>),
+}
+
+impl Hangs {
+    pub fn new(path: &Path) -> Hangs {
+        std::fs::write(path, vec![0u8; 1 << 20]).unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fds, which become ours alone.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        Hangs {
+            file: FdBacking::open(path, false, false).unwrap(),
+            // SAFETY: just opened above, owned by nothing else.
+            pipe: unsafe {
+                (
+                    OwnedFd::from_raw_fd(fds[0]),
+                    Arc::new(OwnedFd::from_raw_fd(fds[1])),
+                )
+            },
+        }
+    }
+
+    /// What ends the hang: its operations complete once it is called.
+    pub fn releaser(&self) -> impl Fn() + Send + 'static {
+        let w = self.pipe.1.clone();
+        move || {
+            // SAFETY: a one-byte write from a valid buffer to a pipe we own.
+            assert_eq!(
+                unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) },
+                1
+            );
+        }
+    }
+}
+
+impl Backing for Hangs {
+    fn describe(&self) -> String {
+        "a store that hangs".into()
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.file.geometry()
+    }
+
+    unsafe fn start(
+        &self,
+        ring: &mut Ring,
+        _op: IoOp,
+        _buf: *mut u8,
+        user_data: u64,
+    ) -> io::Result<()> {
+        ring.poll_in(self.pipe.0.as_raw_fd(), user_data)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
