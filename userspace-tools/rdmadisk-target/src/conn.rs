@@ -180,6 +180,7 @@ impl Core {
     ) -> std::io::Result<Core> {
         // A request needs at most one backing operation at a time; TCP adds its socket's.
         let mut ring = Ring::new(slots as u32 + 8)?;
+        Stats::set(&t.stats.ring_setup, ring.setup().gauge());
         // The stop wakes the thread however long it sleeps (`Target::idle_wait`).
         let stop_polled = match t.stop_fd() {
             Some(fd) => ring.poll_in(fd, UD_STOP).is_ok(),

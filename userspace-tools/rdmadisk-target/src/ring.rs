@@ -8,12 +8,23 @@
 //! been taken from [`Ring::wait`]. The connection code keeps it by construction (a request's
 //! buffer belongs to its slot, which does nothing else until its completion arrives), and
 //! [`Ring::drain`] waits for every operation before the memory may go.
+//!
+//! A ring belongs to one thread: the first that submits to it or waits on it (it may be made
+//! elsewhere, as an RDMA connection's is, by the listener). Where the kernel has them (Linux
+//! 6.1), rings are made with `IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN`: the
+//! work that turns finished I/O into completions then runs only when that thread asks for
+//! completions, never interrupting it mid-pass, and the ring takes no locks for other
+//! submitters. Only that thread may then submit, wait or register on it, so it is made
+//! disabled (`IORING_SETUP_R_DISABLED`) and enabled by its first user. Failing that (EINVAL),
+//! `IORING_SETUP_COOP_TASKRUN` (Linux 5.19: no interrupt, the work waits for the thread's next
+//! system call), failing that no flag ([`Setup`]).
 
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 
 /// A completion: the `user_data` given at submission and the result (bytes, or `-errno`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,22 +33,115 @@ pub struct Done {
     pub result: i32,
 }
 
+/// How a ring was set up: the first of these, in this order, that the kernel takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// `IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG`
+    /// (with `IORING_SETUP_R_DISABLED` until its thread enables it).
+    Deferred,
+    /// `IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG`.
+    Cooperative,
+    /// No flag.
+    Plain,
+}
+
+impl Setup {
+    const ALL: [Setup; 3] = [Setup::Deferred, Setup::Cooperative, Setup::Plain];
+
+    /// For the log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Setup::Deferred => "SINGLE_ISSUER|DEFER_TASKRUN|TASKRUN_FLAG",
+            Setup::Cooperative => "COOP_TASKRUN|TASKRUN_FLAG",
+            Setup::Plain => "no flags",
+        }
+    }
+
+    /// The `ring_setup` gauge of the stats: 3, 2 or 1 (0: no ring made yet).
+    pub fn gauge(self) -> u64 {
+        match self {
+            Setup::Deferred => 3,
+            Setup::Cooperative => 2,
+            Setup::Plain => 1,
+        }
+    }
+}
+
+/// The first of [`Setup::ALL`] worth trying: the ones before it were refused.
+static FIRST_SETUP: AtomicU8 = AtomicU8::new(0);
+/// 1 + the index of the set-up last logged (0: none yet).
+static LOGGED_SETUP: AtomicU8 = AtomicU8::new(0);
+
 pub struct Ring {
     ring: IoUring,
     /// Operations submitted and not yet completed.
     inflight: usize,
+    setup: Setup,
+    /// A [`Setup::Deferred`] ring is made disabled, and enabled by the thread that first
+    /// submits or waits: the one thread that may use it from then on.
+    enabled: bool,
 }
 
 impl Ring {
     /// A ring for about `depth` operations in flight.
     pub fn new(depth: u32) -> io::Result<Ring> {
         let entries = depth.clamp(8, 4096).next_power_of_two();
-        Ok(Ring {
-            ring: IoUring::builder()
-                .setup_cqsize(entries * 2)
-                .build(entries)?,
-            inflight: 0,
-        })
+        let mut first = usize::from(FIRST_SETUP.load(Ordering::Relaxed));
+        loop {
+            let setup = Setup::ALL[first.min(Setup::ALL.len() - 1)];
+            let mut b = IoUring::builder();
+            b.setup_cqsize(entries * 2);
+            match setup {
+                Setup::Deferred => {
+                    b.setup_single_issuer()
+                        .setup_defer_taskrun()
+                        .setup_taskrun_flag()
+                        .setup_r_disabled();
+                }
+                Setup::Cooperative => {
+                    b.setup_coop_taskrun().setup_taskrun_flag();
+                }
+                Setup::Plain => {}
+            }
+            match b.build(entries) {
+                Ok(ring) => {
+                    let n = first as u8 + 1;
+                    if LOGGED_SETUP.swap(n, Ordering::Relaxed) != n {
+                        log::info!("io_uring: connections' rings set up with {}", setup.name());
+                    }
+                    return Ok(Ring {
+                        ring,
+                        inflight: 0,
+                        setup,
+                        enabled: setup != Setup::Deferred,
+                    });
+                }
+                // A kernel that does not know a flag refuses it so: the next set, and for the
+                // rings that follow too.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EINVAL) && first + 1 < Setup::ALL.len() =>
+                {
+                    first += 1;
+                    FIRST_SETUP.fetch_max(first as u8, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// How this ring was set up.
+    pub fn setup(&self) -> Setup {
+        self.setup
+    }
+
+    /// Makes the ring this thread's, if it is no one's yet (see [`Setup::Deferred`]); before any
+    /// submission or wait.
+    fn own(&mut self) -> io::Result<()> {
+        if !self.enabled {
+            self.ring.submitter().register_enable_rings()?;
+            self.enabled = true;
+        }
+        Ok(())
     }
 
     pub fn inflight(&self) -> usize {
@@ -62,6 +166,7 @@ impl Ring {
                 self.inflight += 1;
                 return Ok(());
             }
+            self.own()?;
             self.ring.submit()?;
         }
     }
@@ -195,8 +300,10 @@ impl Ring {
     }
 
     /// Submits what is queued and returns the completions that are there after waiting up to
-    /// `timeout` for at least one (none: returns at once).
+    /// `timeout` for at least one (none: returns at once, with those that completed within the
+    /// submission).
     pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Done>) -> io::Result<()> {
+        self.own()?;
         let want = usize::from(timeout.is_some() && self.ring.completion().is_empty());
         let r = match timeout {
             Some(t) if want > 0 => {
@@ -204,7 +311,7 @@ impl Ring {
                 let args = types::SubmitArgs::new().timespec(&ts);
                 self.ring.submitter().submit_with_args(1, &args)
             }
-            _ => self.ring.submit(),
+            _ => self.flush(),
         };
         match r {
             Ok(_) => {}
@@ -221,6 +328,30 @@ impl Ring {
             });
         }
         Ok(())
+    }
+
+    /// Submits what is queued, without waiting, and makes completions of whatever finished
+    /// (within the submission, or before it) visible: with `DEFER_TASKRUN` those wait for an
+    /// `io_uring_enter` that asks for completions (`IORING_ENTER_GETEVENTS`), so this one does,
+    /// with a minimum of none. No system call when there is nothing to submit and no such work.
+    fn flush(&mut self) -> io::Result<usize> {
+        let (queued, pending) = {
+            let sq = self.ring.submission();
+            (sq.len(), sq.taskrun() || sq.cq_overflow())
+        };
+        if queued == 0 && !pending {
+            return Ok(0);
+        }
+        // SAFETY: no argument (a null pointer), and only entries already queued (under the
+        // contract of `push`) are submitted.
+        unsafe {
+            self.ring.submitter().enter::<libc::sigset_t>(
+                queued as u32,
+                0,
+                EnterFlags::GETEVENTS.bits(),
+                None,
+            )
+        }
     }
 
     /// Waits until every operation has completed, or `limit` has passed; returns the
@@ -248,6 +379,46 @@ impl Ring {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+
+    /// A ring may be made on one thread (an RDMA connection's is made by the listener) and
+    /// used on another: the first to submit or wait makes it its own. Where the kernel took
+    /// `SINGLE_ISSUER`, another thread's wait is then refused (EEXIST), which is why the
+    /// operations a connection leaves in flight are waited for on its own thread.
+    #[test]
+    fn a_ring_belongs_to_the_thread_that_first_uses_it() {
+        let mut r = Ring::new(8).unwrap();
+        let (rfd, wfd) = {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 fills two fds; they are closed at the end of the test.
+            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+            (fds[0], fds[1])
+        };
+        r.poll_in(rfd, 5).unwrap();
+        let (setup, mut r) = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            r.wait(Some(Duration::from_millis(1)), &mut out).unwrap();
+            assert!(out.is_empty());
+            // SAFETY: a one-byte write from a valid buffer to our pipe.
+            assert_eq!(unsafe { libc::write(wfd, [1u8].as_ptr().cast(), 1) }, 1);
+            while out.is_empty() {
+                r.wait(Some(Duration::from_secs(5)), &mut out).unwrap();
+            }
+            assert_eq!(out[0].user_data, 5);
+            (r.setup(), r)
+        })
+        .join()
+        .unwrap();
+        let mut out = Vec::new();
+        let here = r.wait(Some(Duration::from_millis(1)), &mut out);
+        if setup == Setup::Deferred {
+            assert_eq!(here.map_err(|e| e.raw_os_error()), Err(Some(libc::EEXIST)));
+        }
+        // SAFETY: closing the pipe made above.
+        unsafe {
+            libc::close(rfd);
+            libc::close(wfd);
+        }
+    }
 
     #[test]
     fn file_io_completes_with_its_user_data() {

@@ -134,6 +134,10 @@ counters! {
     /// completion in all.
     backing_ops,
     backing_us,
+    /// How the connections' io_uring rings are set up (a gauge): 3 with SINGLE_ISSUER and
+    /// DEFER_TASKRUN, 2 with COOP_TASKRUN, 1 with neither (the kernel refused them); 0 before
+    /// the first connection.
+    ring_setup,
     /// Hostile acts (--hostile), all kinds; one counter per kind follows.
     hostile_acts,
     hostile_unknown_tag,
