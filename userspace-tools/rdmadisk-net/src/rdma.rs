@@ -1213,17 +1213,41 @@ impl Cq {
         self.channel.as_ref().map(|c| c.fd())
     }
 
-    /// Takes the event that made the channel readable (call only then: it blocks otherwise),
-    /// and acknowledges events in batches.
-    pub fn take_event(&self) -> io::Result<()> {
-        let Some(ch) = &self.channel else {
+    /// Makes [`Cq::take_event`] never block: it then says `false` when the channel has no
+    /// event (a wake-up that was not one). For every CQ of the channel.
+    pub fn events_nonblocking(&self) -> io::Result<()> {
+        let Some(fd) = self.channel_fd() else {
             return Ok(());
+        };
+        // SAFETY: fcntl on the channel's fd, which is live while its CQ is.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Takes the event that made the channel readable, through `ibv_get_cq_event` (whose
+    /// provider hook some devices need: mlx4 and mlx5 count events to arm again), and
+    /// acknowledges events in batches. `Ok(false)`: the channel had none, which only a
+    /// non-blocking channel says ([`Cq::events_nonblocking`]); a blocking one blocks until
+    /// there is one, so call it only when the channel is readable.
+    pub fn take_event(&self) -> io::Result<bool> {
+        let Some(ch) = &self.channel else {
+            return Ok(false);
         };
         let mut cq: *mut sys::ibv_cq = ptr::null_mut();
         let mut ctx: *mut c_void = ptr::null_mut();
-        // SAFETY: the channel is live and (by the caller's contract) readable; out-pointers
-        // are valid.
-        check(unsafe { sys::ibv_get_cq_event(ch.raw.as_ptr(), &mut cq, &mut ctx) })?;
+        // SAFETY: the channel is live; out-pointers are valid.
+        match check(unsafe { sys::ibv_get_cq_event(ch.raw.as_ptr(), &mut cq, &mut ctx) }) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
         let n = self
             .unacked
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -1233,7 +1257,7 @@ impl Cq {
             // SAFETY: acking events obtained from this CQ's channel.
             unsafe { sys::ibv_ack_cq_events(cq, n) };
         }
-        Ok(())
+        Ok(true)
     }
 }
 

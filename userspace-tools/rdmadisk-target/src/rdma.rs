@@ -432,6 +432,10 @@ fn setup(
             Some(&CompChannel::new(&dev.pd)?),
             vector,
         )?;
+        // A poll of a channel says it is readable; if ever it said so without an event, taking
+        // one must not block the thread.
+        cq.events_nonblocking()?;
+        scq.events_nonblocking()?;
         id.create_qp(
             &dev.pd,
             &scq,
@@ -517,6 +521,9 @@ fn setup(
         batch: Vec::new(),
         armed: false,
         sarmed: false,
+        polled: false,
+        spolled: false,
+        multishot: true,
         reads_out: 0,
         last_rx: Instant::now(),
         broken: None,
@@ -602,10 +609,18 @@ struct Conn {
     late_rkeys: VecDeque<u32>,
     /// The responses of this pass, not yet posted.
     batch: Vec<WrPlan>,
-    /// The receive CQ is armed and a poll of its channel is on the ring.
+    /// The receive CQ is armed: its channel gets an event at its next completion, which has
+    /// not been taken yet. It is armed again only once it has (an arm per event).
     armed: bool,
     /// The same for the send CQ.
     sarmed: bool,
+    /// A poll of the receive CQ's channel is on the ring: multishot, so it stays there and
+    /// completes at each event, unless the kernel has none (then one shot per event).
+    polled: bool,
+    /// The same for the send CQ.
+    spolled: bool,
+    /// The kernel takes multishot polls (false after one was refused).
+    multishot: bool,
     /// Slots whose RDMA Reads are posted and not yet complete.
     reads_out: usize,
     last_rx: Instant,
@@ -729,12 +744,12 @@ impl Conn {
             None => log::info!("rdma: {} disconnected", self.peer),
         }
         let _ = self.id.disconnect();
-        // The wait on the CQ's channel would never end once the QP and CQ are gone: cancel it,
-        // so that the ring drains (dropping `core`) without waiting for it.
-        if self.armed {
+        // The polls of the CQs' channels would never end once the QP and CQs are gone: cancel
+        // them, so that the ring drains (dropping `core`) without waiting for them.
+        if self.polled {
             let _ = self.core.ring.cancel(UD_CQ);
         }
-        if self.sarmed {
+        if self.spolled {
             let _ = self.core.ring.cancel(UD_SCQ);
         }
         if wake_polled && !self.shared.disconnected.load(Ordering::SeqCst) {
@@ -771,21 +786,60 @@ impl Conn {
     /// Takes the events of the CQ channels whose polls completed on the ring.
     fn channel_events(&mut self, other: &mut Vec<Done>) {
         for d in other.drain(..) {
-            let (cq, armed) = match d.user_data & UD_KIND {
-                UD_CQ => (&self.cq, &mut self.armed),
-                UD_SCQ => (&self.scq, &mut self.sarmed),
+            let (cq, armed, polled) = match d.user_data & UD_KIND {
+                UD_CQ => (&self.cq, &mut self.armed, &mut self.polled),
+                UD_SCQ => (&self.scq, &mut self.sarmed, &mut self.spolled),
                 _ => continue,
             };
-            *armed = false;
+            if !d.more {
+                *polled = false;
+            }
+            if d.result == -libc::EINVAL && self.multishot {
+                // A kernel without multishot polls (before 5.13): one shot per event from now
+                // on, the first added at once (`add_polls`).
+                self.multishot = false;
+                continue;
+            }
             if d.result < 0 || d.result & i32::from(libc::POLLIN) == 0 {
-                // An error on the channel (the device going away, say): taking an event
-                // would block; the connection is over.
+                // An error on the channel (the device going away, say): the connection is over.
                 self.broken
                     .get_or_insert(format!("the CQ channel failed (poll {})", d.result));
-            } else if let Err(e) = cq.take_event() {
-                self.broken.get_or_insert(format!("CQ event: {e}"));
+                continue;
+            }
+            match cq.take_event() {
+                Ok(true) => *armed = false,
+                // Not an event (the channel does not block): still armed.
+                Ok(false) => {}
+                Err(e) => {
+                    self.broken.get_or_insert(format!("CQ event: {e}"));
+                }
             }
         }
+    }
+
+    /// Puts a poll of each armed CQ's channel on the ring, where there is none yet: then an
+    /// event wakes the thread.
+    fn add_polls(&mut self) -> Result<(), String> {
+        let multishot = self.multishot;
+        for (cq, ud, armed, polled) in [
+            (&self.cq, UD_CQ, self.armed, &mut self.polled),
+            (&self.scq, UD_SCQ, self.sarmed, &mut self.spolled),
+        ] {
+            if !armed || *polled {
+                continue;
+            }
+            let Some(fd) = cq.channel_fd() else {
+                continue;
+            };
+            let r = if multishot {
+                self.core.ring.poll_in_multi(fd, ud)
+            } else {
+                self.core.ring.poll_in(fd, ud)
+            };
+            r.map_err(|e| format!("cannot wait for the CQ: {e}"))?;
+            *polled = true;
+        }
+        Ok(())
     }
 
     /// Applies completions and moves every request along that can move.
@@ -814,37 +868,29 @@ impl Conn {
                 self.channel_events(&mut other);
                 continue;
             }
-            // Arm, then look once more: a completion may have come in between.
+            // Arm (once per event), then look once more: a completion may have come in
+            // between (its event, if one follows, is taken when it comes).
             let arm_recv = !self.armed;
             let arm_send = !self.sarmed && self.need_sends();
-            if !arm_recv && !arm_send {
-                return;
-            }
-            for (cq, armed) in [(&self.cq, arm_recv), (&self.scq, arm_send)] {
-                if armed {
-                    if let Err(e) = cq.arm() {
-                        self.broken.get_or_insert(format!("cannot arm the CQ: {e}"));
-                        return;
+            if arm_recv || arm_send {
+                for (cq, arm, armed) in [
+                    (&self.cq, arm_recv, &mut self.armed),
+                    (&self.scq, arm_send, &mut self.sarmed),
+                ] {
+                    if arm {
+                        if let Err(e) = cq.arm() {
+                            self.broken.get_or_insert(format!("cannot arm the CQ: {e}"));
+                            return;
+                        }
+                        *armed = true;
                     }
                 }
-            }
-            if self.poll_cq() > 0 {
-                continue;
-            }
-            for (cq, ud, arm) in [(&self.cq, UD_CQ, arm_recv), (&self.scq, UD_SCQ, arm_send)] {
-                let Some(fd) = cq.channel_fd().filter(|_| arm) else {
+                if self.poll_cq() > 0 {
                     continue;
-                };
-                if let Err(e) = self.core.ring.poll_in(fd, ud) {
-                    self.broken
-                        .get_or_insert(format!("cannot wait for the CQ: {e}"));
-                    return;
                 }
-                if ud == UD_CQ {
-                    self.armed = true;
-                } else {
-                    self.sarmed = true;
-                }
+            }
+            if let Err(e) = self.add_polls() {
+                self.broken.get_or_insert(e);
             }
             return;
         }

@@ -31,6 +31,9 @@ use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 pub struct Done {
     pub user_data: u64,
     pub result: i32,
+    /// The operation goes on (a multishot poll, [`Ring::poll_in_multi`]): more completions
+    /// will come for it. Its last says `false`.
+    pub more: bool,
 }
 
 /// How a ring was set up: the first of these, in this order, that the kernel takes.
@@ -261,6 +264,18 @@ impl Ring {
         unsafe { self.push(e) }
     }
 
+    /// Completes each time `fd` becomes readable, without being submitted again (a multishot
+    /// poll, Linux 5.13; an older kernel fails it with EINVAL), until it is cancelled or the
+    /// kernel ends it: its last completion says `more: false`.
+    pub fn poll_in_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(user_data);
+        // SAFETY: names no memory.
+        unsafe { self.push(e) }
+    }
+
     /// recv(2) of up to `len` bytes into `buf`.
     ///
     /// # Safety
@@ -321,10 +336,14 @@ impl Ring {
             Err(e) => return Err(e),
         }
         for c in self.ring.completion() {
-            self.inflight = self.inflight.saturating_sub(1);
+            let more = io_uring::cqueue::more(c.flags());
+            if !more {
+                self.inflight = self.inflight.saturating_sub(1);
+            }
             out.push(Done {
                 user_data: c.user_data(),
                 result: c.result(),
+                more,
             });
         }
         Ok(())
@@ -420,6 +439,45 @@ mod tests {
         }
     }
 
+    /// A multishot poll completes each time its fd becomes readable, counts as one operation
+    /// in flight until its last completion, and ends when cancelled.
+    #[test]
+    fn a_multishot_poll_completes_again_until_cancelled() {
+        let mut r = Ring::new(8).unwrap();
+        let (rfd, wfd) = {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 fills two fds; they are closed at the end of the test.
+            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+            (fds[0], fds[1])
+        };
+        r.poll_in_multi(rfd, 9).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            // SAFETY: one-byte writes and reads of our pipe, from and to valid buffers.
+            assert_eq!(unsafe { libc::write(wfd, [1u8].as_ptr().cast(), 1) }, 1);
+            out.clear();
+            while out.is_empty() {
+                r.wait(Some(Duration::from_secs(5)), &mut out).unwrap();
+            }
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].user_data, 9);
+            assert!(out[0].result & i32::from(libc::POLLIN) != 0 && out[0].more);
+            assert_eq!(r.inflight(), 1);
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::read(rfd, [0u8].as_mut_ptr().cast(), 1) }, 1);
+        }
+        r.cancel(9).unwrap();
+        out.clear();
+        assert!(r.drain(Duration::from_secs(5), &mut out));
+        let last = out.iter().find(|d| d.user_data == 9).unwrap();
+        assert_eq!((last.result, last.more), (-libc::ECANCELED, false));
+        // SAFETY: closing the pipe made above.
+        unsafe {
+            libc::close(rfd);
+            libc::close(wfd);
+        }
+    }
+
     #[test]
     fn file_io_completes_with_its_user_data() {
         let dir = tempfile::tempdir().unwrap();
@@ -445,7 +503,8 @@ mod tests {
             out,
             [Done {
                 user_data: 7,
-                result: 4096
+                result: 4096,
+                more: false
             }]
         );
         r.fdatasync(f.as_raw_fd(), 8).unwrap();
