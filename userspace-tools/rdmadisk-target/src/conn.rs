@@ -631,16 +631,19 @@ impl Core {
     }
 
     /// Takes ring completions (waiting up to `timeout` for one) and applies those of backing
-    /// operations; returns the others (the transport's) in `other`.
+    /// operations; returns the others (the transport's) in `other`, and how many backing
+    /// completions there were.
     pub fn turn(
         &mut self,
         timeout: Option<Duration>,
         other: &mut Vec<Done>,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<usize> {
         let mut done = Vec::new();
         self.ring.wait(timeout, &mut done)?;
+        let mut backing = 0;
         for d in done {
             if d.user_data & UD_KIND == UD_IO {
+                backing += 1;
                 self.complete(d);
             } else if d.user_data & UD_KIND == UD_STOP {
                 // Readable for good now: not polled again (the loops check `stopping`).
@@ -658,7 +661,7 @@ impl Core {
                 other.push(d);
             }
         }
-        Ok(())
+        Ok(backing)
     }
 }
 

@@ -524,6 +524,7 @@ fn setup(
         polled: false,
         spolled: false,
         multishot: true,
+        early: Early::default(),
         reads_out: 0,
         last_rx: Instant::now(),
         broken: None,
@@ -566,6 +567,48 @@ enum Local {
     Send,
     /// Slot `j`'s data buffer.
     Data(usize),
+}
+
+/// Whether a pass submits the backing I/O it queued ahead of its wait (an `io_uring_enter`
+/// of its own, before the CQs are armed), or leaves it to the wait's submit-and-wait (one
+/// system call for both). Ahead pays when the submission brings completions back: a store
+/// that completes within it (a RAM disk, the page cache) gets its response posted in the same
+/// pass, before the arming and the wait. After [`Early::MISSES`] submissions in a row that
+/// brought none (a store that takes its time, where ahead only costs a system call), I/O
+/// goes with the wait, but for one pass in [`Early::PROBE`], which looks again.
+#[derive(Default)]
+struct Early {
+    /// Submissions ahead in a row that brought no completion back.
+    misses: u32,
+    /// Passes that left their I/O to the wait since the last look.
+    folded: u32,
+}
+
+impl Early {
+    const MISSES: u32 = 4;
+    const PROBE: u32 = 64;
+
+    /// Whether to submit ahead now (queued I/O is waiting).
+    fn now(&mut self) -> bool {
+        if self.misses < Self::MISSES {
+            return true;
+        }
+        self.folded += 1;
+        if self.folded >= Self::PROBE {
+            self.folded = 0;
+            return true;
+        }
+        false
+    }
+
+    /// A submission ahead brought `n` backing completions back.
+    fn came(&mut self, n: usize) {
+        if n > 0 {
+            self.misses = 0;
+        } else {
+            self.misses = self.misses.saturating_add(1);
+        }
+    }
 }
 
 /// One RDMA connection. Field order is drop order: the QP (in `id`) goes first, so that no
@@ -621,6 +664,8 @@ struct Conn {
     spolled: bool,
     /// The kernel takes multishot polls (false after one was refused).
     multishot: bool,
+    /// Whether backing I/O is submitted ahead of the wait (see [`Early`]).
+    early: Early,
     /// Slots whose RDMA Reads are posted and not yet complete.
     reads_out: usize,
     last_rx: Instant,
@@ -855,15 +900,19 @@ impl Conn {
             if self.gone() {
                 return;
             }
-            // Backing I/O just queued goes now, not after the CQs are armed: a fast store
-            // (a RAM disk, the page cache) completes it within the submission, and its
-            // response is then posted in this same pass.
-            if early > 0 && self.core.ring.unsubmitted() {
+            // Backing I/O just queued goes now, before the CQs are armed, where that pays: a
+            // fast store (a RAM disk, the page cache) completes it within the submission, and
+            // its response is then posted in this same pass. With a store that takes its time
+            // it goes with the wait instead, one system call for both.
+            if early > 0 && self.core.ring.unsubmitted() && self.early.now() {
                 early -= 1;
                 let mut other = Vec::new();
-                if let Err(e) = self.core.turn(None, &mut other) {
-                    self.broken.get_or_insert(format!("ring: {e}"));
-                    return;
+                match self.core.turn(None, &mut other) {
+                    Ok(n) => self.early.came(n),
+                    Err(e) => {
+                        self.broken.get_or_insert(format!("ring: {e}"));
+                        return;
+                    }
                 }
                 self.channel_events(&mut other);
                 continue;
@@ -1503,6 +1552,26 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Backing I/O is submitted ahead of the wait while submissions bring completions back;
+    /// with a store that takes its time it goes with the wait, but for a look now and then.
+    #[test]
+    fn backing_io_goes_ahead_of_the_wait_only_while_that_pays() {
+        let mut e = Early::default();
+        for _ in 0..10 {
+            assert!(e.now());
+            e.came(1);
+        }
+        for _ in 0..Early::MISSES {
+            assert!(e.now());
+            e.came(0);
+        }
+        let ahead = (0..3 * Early::PROBE).filter(|_| e.now()).count();
+        assert_eq!(ahead, 3);
+        // A look finds the store fast again.
+        e.came(2);
+        assert!((0..5).all(|_| e.now()));
+    }
 
     #[test]
     fn connections_take_the_completion_vectors_in_turn() {
