@@ -638,8 +638,18 @@ impl Core {
         timeout: Option<Duration>,
         other: &mut Vec<Done>,
     ) -> std::io::Result<usize> {
+        self.turn_for(timeout, 1, other)
+    }
+
+    /// [`Core::turn`], waiting for `want` completions rather than one (see [`Ring::wait_for`]).
+    pub fn turn_for(
+        &mut self,
+        timeout: Option<Duration>,
+        want: usize,
+        other: &mut Vec<Done>,
+    ) -> std::io::Result<usize> {
         let mut done = Vec::new();
-        self.ring.wait(timeout, &mut done)?;
+        self.ring.wait_for(timeout, want, &mut done)?;
         let mut backing = 0;
         for d in done {
             if d.user_data & UD_KIND == UD_IO {

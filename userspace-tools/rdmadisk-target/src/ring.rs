@@ -295,19 +295,23 @@ impl Ring {
         unsafe { self.push(e) }
     }
 
-    /// writev(2) of `n` iovecs at `iov` to the socket `fd` (sends; no signal on a closed peer).
+    /// sendmsg(2) of `msg` to the socket `fd` (no signal on a closed peer). `whole`: the
+    /// operation completes only once every byte has gone, or on an error (`MSG_WAITALL`: the
+    /// ring sends the rest itself as the socket takes it), not after a part.
     ///
     /// # Safety
     ///
-    /// See [`Ring::push`]: the iovec array and every buffer it names.
+    /// See [`Ring::push`]: the message, its iovec array and every buffer it names.
     pub unsafe fn sendmsg(
         &mut self,
         fd: RawFd,
         msg: *const libc::msghdr,
+        whole: bool,
         user_data: u64,
     ) -> io::Result<()> {
+        let waitall = if whole { libc::MSG_WAITALL } else { 0 };
         let e = opcode::SendMsg::new(types::Fd(fd), msg)
-            .flags(libc::MSG_NOSIGNAL as u32)
+            .flags((libc::MSG_NOSIGNAL | waitall) as u32)
             .build()
             .user_data(user_data);
         // SAFETY: forwarded to the caller.
@@ -318,13 +322,28 @@ impl Ring {
     /// `timeout` for at least one (none: returns at once, with those that completed within the
     /// submission).
     pub fn wait(&mut self, timeout: Option<Duration>, out: &mut Vec<Done>) -> io::Result<()> {
+        self.wait_for(timeout, 1, out)
+    }
+
+    /// [`Ring::wait`], for at least `want` completions (counting those that complete within
+    /// the submission) rather than one.
+    pub fn wait_for(
+        &mut self,
+        timeout: Option<Duration>,
+        want: usize,
+        out: &mut Vec<Done>,
+    ) -> io::Result<()> {
         self.own()?;
-        let want = usize::from(timeout.is_some() && self.ring.completion().is_empty());
+        let want = if timeout.is_some() && self.ring.completion().is_empty() {
+            want
+        } else {
+            0
+        };
         let r = match timeout {
             Some(t) if want > 0 => {
                 let ts = types::Timespec::from(t);
                 let args = types::SubmitArgs::new().timespec(&ts);
-                self.ring.submitter().submit_with_args(1, &args)
+                self.ring.submitter().submit_with_args(want, &args)
             }
             _ => self.flush(),
         };
@@ -475,6 +494,57 @@ mod tests {
         unsafe {
             libc::close(rfd);
             libc::close(wfd);
+        }
+    }
+
+    /// A wait for two completions counts one that completes within the submission, and sleeps
+    /// on until the second (or the timeout): what lets a TCP response that completes at once
+    /// share the system call of the wait for the next request.
+    #[test]
+    fn a_wait_for_two_counts_what_completes_within_the_submission() {
+        let pipe = || {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 fills two fds; they are closed at the end of the test.
+            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+            (fds[0], fds[1])
+        };
+        let ((ar, aw), (br, bw)) = (pipe(), pipe());
+        // SAFETY: a one-byte write from a valid buffer to our pipe.
+        assert_eq!(unsafe { libc::write(aw, [1u8].as_ptr().cast(), 1) }, 1);
+        let mut r = Ring::new(8).unwrap();
+        r.poll_in(ar, 1).unwrap();
+        r.poll_in(br, 2).unwrap();
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        r.wait_for(Some(Duration::from_millis(200)), 2, &mut out)
+            .unwrap();
+        assert!(
+            t0.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(out.iter().map(|d| d.user_data).collect::<Vec<_>>(), [1]);
+        // The second comes 20 ms into the next wait, and ends it.
+        r.poll_in(ar, 3).unwrap();
+        let t0 = Instant::now();
+        let w = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::write(bw, [1u8].as_ptr().cast(), 1) }, 1);
+        });
+        out.clear();
+        r.wait_for(Some(Duration::from_secs(5)), 2, &mut out)
+            .unwrap();
+        w.join().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        let mut got: Vec<u64> = out.iter().map(|d| d.user_data).collect();
+        got.sort();
+        assert_eq!(got, [2, 3]);
+        // SAFETY: closing the pipes made above.
+        unsafe {
+            for fd in [ar, aw, br, bw] {
+                libc::close(fd);
+            }
         }
     }
 

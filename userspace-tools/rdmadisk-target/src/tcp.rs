@@ -26,12 +26,15 @@ use crate::engine::{Challenge, Slot as CapSlot, Target, TCP_STAGING};
 use crate::hostile::{self, Candidate, Chooser, Kind, Rng};
 use crate::logging;
 use crate::pool::{Buf, Pool, Reservation, Take};
-use crate::ring::Done;
+use crate::ring::{Done, Setup};
 use crate::stats::Stats;
 
 /// Write data larger than max_io_bytes up to this size is drained and answered with an error;
 /// anything larger is a malformed frame.
 const DRAIN_MAX: u32 = 64 << 20;
+
+/// A send of at most this many bytes is made whole by the ring (`Ring::sendmsg`).
+const WHOLE: usize = 64 << 10;
 
 /// Accepts connections until shutdown; returns the connection threads to join.
 pub fn serve(
@@ -286,6 +289,7 @@ fn connection(
         credits,
         out: VecDeque::new(),
         sending: None,
+        send_queued: false,
         chooser: Chooser::default(),
         rng: Rng::new(u64::from(peer.port())),
         closing: None,
@@ -398,6 +402,8 @@ struct Conn {
     credits: usize,
     out: VecDeque<Out>,
     sending: Option<Box<Sending>>,
+    /// A send of a whole response was queued in this pass (not yet submitted); see `run`.
+    send_queued: bool,
     chooser: Chooser,
     rng: Rng,
     /// Why the connection is ending, once it is: responses queued are still sent.
@@ -491,7 +497,25 @@ impl Conn {
             } else {
                 self.core.idle_wait()
             };
-            if let Err(e) = self.core.turn(Some(wait), &mut other) {
+            // A response sent whole that nothing waits for (no response queued behind it, no
+            // request here or on another connection short of the buffer its end gives back,
+            // no end to reach) does not end the wait by itself: on a socket with room it
+            // completes within the submission, and the thread sleeps on until the next request
+            // or completion, one system call for both. (At worst, on a full socket, its
+            // completion waits for the next one or the tick, as an RDMA response's does.)
+            let quiet = std::mem::take(&mut self.send_queued)
+                && self.out.is_empty()
+                && self.sending.as_ref().is_some_and(|sn| !sn.out.then_close)
+                && !matches!(self.parse, Parse::NeedBuf { .. })
+                && !self.core.waits_for_buffers()
+                && !t.starved()
+                && self.closing.is_none()
+                && !self.eof
+                && !t.stopping();
+            if let Err(e) = self
+                .core
+                .turn_for(Some(wait), 1 + usize::from(quiet), &mut other)
+            {
                 return End::Reset(format!("ring: {e}"));
             }
             for d in other.drain(..) {
@@ -917,13 +941,24 @@ impl Conn {
         }
         sn.msg.msg_iov = sn.iov.as_mut_ptr();
         sn.msg.msg_iovlen = sn.iov.len() as _;
+        // A response of at most WHOLE bytes is sent whole: the ring sends the rest itself if
+        // the socket takes only part (`run` counts on one completion for it). A larger one
+        // completes part by part, so that the send timeout starts again with each.
+        let left: usize = sn.iov.iter().map(|v| v.iov_len).sum();
+        let whole = left <= WHOLE && self.core.ring.setup() == Setup::Deferred;
         // SAFETY: the message, its iovec array and the bytes they name (the `Out`'s own parts,
         // and the buffer of a slot in `Answer`, which is not released or reused until this
         // send completes) live in `self.sending`/`self.core` until the completion is taken in
         // `sent`; teardown (`Conn`'s drop) waits for the send first, and if it cannot, keeps
         // the message and the iovecs for good and the slots' buffers with the ring (`Core`).
-        unsafe { self.core.ring.sendmsg(self.s.as_raw_fd(), &sn.msg, UD_SEND) }
-            .map_err(|e| format!("cannot send: {e}"))
+        unsafe {
+            self.core
+                .ring
+                .sendmsg(self.s.as_raw_fd(), &sn.msg, whole, UD_SEND)
+        }
+        .map_err(|e| format!("cannot send: {e}"))?;
+        self.send_queued = whole;
+        Ok(())
     }
 
     /// Posts the rest of a send; if that fails, the connection ends (nothing is in flight for
