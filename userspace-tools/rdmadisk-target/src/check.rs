@@ -99,7 +99,7 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
         }
     }
     line(format!(
-        "limits: credits {}, queue depth {}, max I/O {} bytes, buffer memory {} bytes (a connection's own buffers take up to {} of it), RDMA window {} bytes, inline_max {}, ack_timeout_exp {}, connections {} ({} per host)",
+        "limits: credits {}, queue depth {}, max I/O {} bytes, buffer memory {} bytes (a connection's own buffers take up to {} of it), RDMA window {} bytes, inline_max {}, ack_timeout_exp {}, poll_us {}, connections {} ({} per host)",
         cfg.credits,
         cfg.queue_depth,
         cfg.max_io_bytes,
@@ -108,6 +108,7 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
         cfg.rdma_window,
         cfg.inline_max,
         cfg.ack_timeout_exp,
+        cfg.poll_us,
         cfg.max_connections,
         cfg.max_connections_per_host
     ));

@@ -58,7 +58,7 @@ EXAMPLES:
 
 TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], allow_any,
 max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, inline_max,
-ack_timeout_exp, max_connections, max_connections_per_host, hello_timeout_s,
+ack_timeout_exp, poll_us, max_connections, max_connections_per_host, hello_timeout_s,
 idle_timeout_s, send_timeout_s, shutdown_timeout_s, stats_file, log_level,
 corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, [[host]] tables
 with name, address, secret_file, target_secret_file, and [[export]] tables with name, path,
@@ -170,6 +170,12 @@ pub struct Args {
     /// 17 (about 0.54 s).
     #[arg(long)]
     pub ack_timeout_exp: Option<u8>,
+    /// RDMA: microseconds a connection polls its CQs for the next completion, without a
+    /// system call, before it arms them and sleeps (0..=1000). Default 0: off. A spin takes a
+    /// CPU the whole time: on a storage host with one CPU it starves soft-RoCE's own kernel
+    /// workers, which must run for the completion to come at all.
+    #[arg(long)]
+    pub poll_us: Option<u32>,
     /// Connections at once. Default 256.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -313,6 +319,7 @@ pub struct FileConf {
     pub rdma_window: Option<u32>,
     pub inline_max: Option<u32>,
     pub ack_timeout_exp: Option<u8>,
+    pub poll_us: Option<u32>,
     pub max_connections: Option<usize>,
     pub max_connections_per_host: Option<usize>,
     pub hello_timeout_s: Option<u64>,
@@ -371,6 +378,8 @@ pub struct Config {
     pub rdma_window: u32,
     pub inline_max: u32,
     pub ack_timeout_exp: u8,
+    /// RDMA: how long a connection polls its CQs before it arms them and sleeps (0: not).
+    pub poll_us: u32,
     pub max_connections: usize,
     pub max_connections_per_host: usize,
     pub hello_timeout: Duration,
@@ -788,6 +797,15 @@ impl Config {
                 ),
                 DEFAULT_ACK_TIMEOUT_EXP,
             ),
+            poll_us: p.take(
+                range(
+                    "poll_us",
+                    args.poll_us.or(file.poll_us).unwrap_or(0),
+                    0,
+                    1000,
+                ),
+                0,
+            ),
             max_connections: p.take(
                 range(
                     "max_connections",
@@ -953,6 +971,7 @@ tcp_port = 9000
 credits = 8
 allow = ["10.0.0.0/8"]
 idle_timeout_s = 0
+poll_us = 50
 [[export]]
 name = "a"
 path = "/tmp/a.img"
@@ -990,6 +1009,13 @@ read_only = true
         assert_eq!(c.idle_timeout, None);
         assert_eq!(c.max_io_bytes, 1 << 20);
         assert!(!c.hostile.enabled());
+        assert_eq!(c.poll_us, 50);
+        let flag = Config::load(&Args {
+            poll_us: Some(0),
+            ..args
+        })
+        .unwrap();
+        assert_eq!(flag.poll_us, 0, "the flag wins, and 0 turns it off");
     }
 
     #[test]
@@ -1384,6 +1410,10 @@ path = "/tmp/a.img"
             },
             Args {
                 log_level: Some("loud".into()),
+                ..base()
+            },
+            Args {
+                poll_us: Some(1001),
                 ..base()
             },
         ] {

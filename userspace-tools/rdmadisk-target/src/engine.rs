@@ -63,6 +63,9 @@ pub struct Limits {
     pub inline_max: u32,
     /// Local ACK timeout exponent of every RDMA connection (4.096 us * 2^N).
     pub ack_timeout_exp: u8,
+    /// RDMA: how long a connection polls its CQs before it arms them and sleeps (`poll_us`;
+    /// zero: not at all).
+    pub poll: Duration,
     /// Connections at once, per listener and per client host.
     pub max_connections: usize,
     pub max_connections_per_host: usize,

@@ -223,6 +223,7 @@ fn run(cfg: Config) -> Result<(), String> {
         rdma_window: cfg.rdma_window as usize,
         inline_max: cfg.inline_max,
         ack_timeout_exp: cfg.ack_timeout_exp,
+        poll: Duration::from_micros(u64::from(cfg.poll_us)),
         send_timeout: cfg.send_timeout,
         shutdown_timeout: cfg.shutdown_timeout,
         corrupt_read_every: cfg.corrupt_read_every,

@@ -151,6 +151,16 @@ impl Ring {
         self.inflight
     }
 
+    /// Completions are there to take, or the kernel has work to turn into some (which needs
+    /// a system call asking for completions; known only with `TASKRUN_FLAG`, [`Setup`]).
+    pub fn pending(&mut self) -> bool {
+        if !self.ring.completion().is_empty() {
+            return true;
+        }
+        let sq = self.ring.submission();
+        sq.taskrun() || sq.cq_overflow()
+    }
+
     /// Entries are queued and not yet submitted.
     pub fn unsubmitted(&mut self) -> bool {
         !self.ring.submission().is_empty()

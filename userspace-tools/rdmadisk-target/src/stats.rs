@@ -134,6 +134,12 @@ counters! {
     /// completion in all.
     backing_ops,
     backing_us,
+    /// RDMA, with `poll_us`: times a connection polled its CQs before arming them, those
+    /// that found a completion (and so neither armed nor slept), and the microseconds spent
+    /// polling in all.
+    spins,
+    spin_hits,
+    spin_us,
     /// How the connections' io_uring rings are set up (a gauge): 3 with SINGLE_ISSUER and
     /// DEFER_TASKRUN, 2 with COOP_TASKRUN, 1 with neither (the kernel refused them); 0 before
     /// the first connection.

@@ -30,6 +30,7 @@ pub fn limits() -> Limits {
         rdma_window: 256 << 10,
         inline_max: 4096,
         ack_timeout_exp: 17,
+        poll: Duration::ZERO,
         max_connections: 256,
         max_connections_per_host: 64,
         hello_timeout: Duration::from_secs(5),
