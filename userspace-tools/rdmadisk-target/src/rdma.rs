@@ -542,8 +542,8 @@ fn setup(
     })
 }
 
-/// A response's work request, planned by `Conn::respond` and posted by `Conn::post_batch`
-/// with the others of the same pass.
+/// A work request of the send queue, planned by `Conn::fetch` (RDMA Reads) or `Conn::respond`
+/// (RDMA Writes and Sends) and posted by `Conn::post_batch` with the others of the same pass.
 #[derive(Clone, Copy)]
 struct WrPlan {
     wr_id: u64,
@@ -559,6 +559,8 @@ enum PlanOp {
     SendInv(u32),
     /// RDMA Write to (remote address, rkey).
     Write(u64, u32),
+    /// RDMA Read from (remote address, rkey): a write's data.
+    Read(u64, u32),
 }
 
 #[derive(Clone, Copy)]
@@ -1225,8 +1227,9 @@ impl Conn {
         }
     }
 
-    /// Posts the RDMA Reads of the writes whose data is wanted, as far as the window goes: each
-    /// in parts of `READ_CHUNK`, only the last signaled (an RC queue completes in order).
+    /// Plans the RDMA Reads of the writes whose data is wanted, as far as the window goes: each
+    /// in parts of `READ_CHUNK`, only the last signaled (an RC queue completes in order). They
+    /// go with the pass's responses, in one `ibv_post_send` (`post_batch`).
     fn fetch(&mut self) {
         // Inline writes need no window: they go first, wherever they wait, so that none waits
         // behind a large write's RDMA Read.
@@ -1244,8 +1247,7 @@ impl Conn {
                 self.inline_in(j);
             }
         }
-        // Every write the window lets in, with one `ibv_post_send` (see `post_batch`).
-        let mut taken = Vec::new();
+        // Every write the window lets in.
         while let Some(&j) = self.core.to_fetch.front() {
             let n = self.core.slots[j].req.length as usize;
             if !self.wire_room(n) {
@@ -1253,48 +1255,18 @@ impl Conn {
             }
             self.core.to_fetch.pop_front();
             self.on_wire(j, n);
-            taken.push(j);
-        }
-        if taken.is_empty() {
-            return;
-        }
-        let res = {
-            let slots = &self.core.slots;
-            let mut wrs: Vec<SendWr> = Vec::new();
-            for &j in &taken {
-                let s = &slots[j];
-                let n = s.req.length as usize;
-                let Some(mr) = s.buf.as_ref().and_then(|b| b.mr()) else {
-                    wrs.clear();
-                    break;
-                };
-                wrs.extend((0..n.div_ceil(READ_CHUNK).max(1)).map(|k| {
+            let req = self.core.slots[j].req;
+            self.batch
+                .extend((0..n.div_ceil(READ_CHUNK).max(1)).map(|k| {
                     let off = k * READ_CHUNK;
                     let last = off + READ_CHUNK >= n;
-                    SendWr {
+                    WrPlan {
                         wr_id: if last { wr_id(K_READ, j) } else { 0 },
-                        op: SendOp::RdmaRead {
-                            remote_addr: s.req.buf.addr + off as u64,
-                            rkey: s.req.buf.rkey,
-                        },
-                        local: Some((mr, off, (n - off).min(READ_CHUNK))),
+                        op: PlanOp::Read(req.buf.addr + off as u64, req.buf.rkey),
+                        local: (Local::Data(j), off, (n - off).min(READ_CHUNK)),
                         signaled: last,
                     }
                 }));
-            }
-            if wrs.is_empty() {
-                Err("a write's buffer is not registered".to_string())
-            } else {
-                self.id
-                    .post_send(&wrs)
-                    .map_err(|e| format!("cannot post an RDMA Read: {e}"))
-            }
-        };
-        match res {
-            Ok(()) => self.reads_out += taken.len(),
-            Err(e) => {
-                self.broken.get_or_insert(e);
-            }
         }
     }
 
@@ -1467,9 +1439,13 @@ impl Conn {
         }
     }
 
-    /// Posts the responses planned so far with one `ibv_post_send`: one doorbell, and one run
-    /// of the provider's send task, for a whole pass of responses instead of one each (with
-    /// soft-RoCE, each doorbell wakes a kernel worker that preempts this thread).
+    /// Posts the work planned so far (the pass's RDMA Reads, then its responses: RDMA Writes
+    /// and Sends) with one `ibv_post_send`: one doorbell, and one run of the provider's send
+    /// task, for a whole pass instead of one each (with soft-RoCE, each doorbell is a system
+    /// call and wakes a kernel worker that preempts this thread). Signalled are only the work
+    /// requests whose completion something waits for: the last part of each RDMA Read (the
+    /// write's data is in), and each Send (its slot, and the data buffer its RDMA Write
+    /// reads, are free again); an RDMA Write completes with the Send after it.
     fn post_batch(&mut self) {
         if self.batch.is_empty() {
             return;
@@ -1492,6 +1468,9 @@ impl Conn {
                             PlanOp::Write(remote_addr, rkey) => {
                                 SendOp::RdmaWrite { remote_addr, rkey }
                             }
+                            PlanOp::Read(remote_addr, rkey) => {
+                                SendOp::RdmaRead { remote_addr, rkey }
+                            }
                         },
                         local: Some((mr, off, len)),
                         signaled: p.signaled,
@@ -1500,19 +1479,23 @@ impl Conn {
                 .collect();
             match wrs {
                 Some(w) => self.id.post_send(&w).map_err(|e| e.to_string()),
-                None => Err("a read's buffer is not registered".into()),
+                None => Err("a data buffer is not registered".into()),
             }
         };
         match res {
             Ok(()) => {
-                // The requests' time in the target ends with their responses posted.
-                for p in batch.iter().filter(|p| wr_kind(p.wr_id) == K_SEND) {
-                    self.core.responded(wr_index(p.wr_id));
+                for p in &batch {
+                    match wr_kind(p.wr_id) {
+                        // The requests' time in the target ends with their responses posted.
+                        K_SEND => self.core.responded(wr_index(p.wr_id)),
+                        K_READ => self.reads_out += 1,
+                        _ => {}
+                    }
                 }
             }
             Err(e) => {
                 self.broken
-                    .get_or_insert(format!("cannot post a response: {e}"));
+                    .get_or_insert(format!("cannot post a response or an RDMA Read: {e}"));
             }
         }
         self.batch = batch;
