@@ -87,6 +87,12 @@ pub trait Backing: Send + Sync {
 
     /// Makes every completed write durable, synchronously (at shutdown).
     fn sync(&self) -> io::Result<()>;
+
+    /// The fd its operations go to, if one does: a connection's ring registers it as a fixed
+    /// file ([`Ring::register_file`]). It stays open as long as the backing.
+    fn fixed_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 /// A file or block device.
@@ -317,6 +323,10 @@ impl Backing for FdBacking {
 
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn fixed_fd(&self) -> Option<RawFd> {
+        Some(self.fd())
     }
 }
 

@@ -181,6 +181,16 @@ impl Core {
         // A request needs at most one backing operation at a time; TCP adds its socket's.
         let mut ring = Ring::new(slots as u32 + 8)?;
         Stats::set(&t.stats.ring_setup, ring.setup().gauge());
+        // The export's file as the ring's fixed file: no fd lookup, no reference taken, per
+        // operation. The connection holds the export, so the fd outlives the ring's use.
+        if let Some(fd) = export.backing.fixed_fd() {
+            if let Err(e) = ring.register_file(fd) {
+                log::debug!(
+                    "export {}: the ring takes its file by fd ({e})",
+                    export.name
+                );
+            }
+        }
         // The stop wakes the thread however long it sleeps (`Target::idle_wait`).
         let stop_polled = match t.stop_fd() {
             Some(fd) => ring.poll_in(fd, UD_STOP).is_ok(),

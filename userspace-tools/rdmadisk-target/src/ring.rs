@@ -83,6 +83,25 @@ pub struct Ring {
     /// A [`Setup::Deferred`] ring is made disabled, and enabled by the thread that first
     /// submits or waits: the one thread that may use it from then on.
     enabled: bool,
+    /// The fd registered as the ring's fixed file 0 ([`Ring::register_file`]).
+    fixed: Option<RawFd>,
+}
+
+/// Builds an entry on `$fd` given by `$ring`'s fixed file when it is that fd, by its number
+/// otherwise: `$build` is called with a `types::Fixed` or a `types::Fd`.
+macro_rules! on_fd {
+    ($ring:expr, $fd:expr, |$f:ident| $build:expr) => {
+        match $ring.fixed {
+            Some(x) if x == $fd => {
+                let $f = types::Fixed(0);
+                $build
+            }
+            _ => {
+                let $f = types::Fd($fd);
+                $build
+            }
+        }
+    };
 }
 
 impl Ring {
@@ -117,6 +136,7 @@ impl Ring {
                         inflight: 0,
                         setup,
                         enabled: setup != Setup::Deferred,
+                        fixed: None,
                     });
                 }
                 // A kernel that does not know a flag refuses it so: the next set, and for the
@@ -130,6 +150,18 @@ impl Ring {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Registers `fd` (the export's file) as the ring's fixed file (`IORING_REGISTER_FILES`):
+    /// the operations on it name it by index, and the kernel no longer looks the fd up and
+    /// takes a reference on the file for each. Before the ring is used (another thread's ring
+    /// refuses it). The ring holds the file until it is dropped; `fd` itself must stay open
+    /// as long as the ring is used, or its number could name another file (an export's file
+    /// outlives its connections' rings: they hold the export).
+    pub fn register_file(&mut self, fd: RawFd) -> io::Result<()> {
+        self.ring.submitter().register_files(&[fd])?;
+        self.fixed = Some(fd);
+        Ok(())
     }
 
     /// How this ring was set up.
@@ -197,10 +229,10 @@ impl Ring {
         off: u64,
         user_data: u64,
     ) -> io::Result<()> {
-        let e = opcode::Read::new(types::Fd(fd), buf, len)
+        let e = on_fd!(self, fd, |f| opcode::Read::new(f, buf, len)
             .offset(off)
             .build()
-            .user_data(user_data);
+            .user_data(user_data));
         // SAFETY: forwarded to the caller.
         unsafe { self.push(e) }
     }
@@ -220,21 +252,21 @@ impl Ring {
         dsync: bool,
         user_data: u64,
     ) -> io::Result<()> {
-        let e = opcode::Write::new(types::Fd(fd), buf, len)
+        let e = on_fd!(self, fd, |f| opcode::Write::new(f, buf, len)
             .offset(off)
             .rw_flags(if dsync { libc::RWF_DSYNC } else { 0 })
             .build()
-            .user_data(user_data);
+            .user_data(user_data));
         // SAFETY: forwarded to the caller.
         unsafe { self.push(e) }
     }
 
     /// fdatasync(2) of `fd`.
     pub fn fdatasync(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
-        let e = opcode::Fsync::new(types::Fd(fd))
+        let e = on_fd!(self, fd, |f| opcode::Fsync::new(f)
             .flags(types::FsyncFlags::DATASYNC)
             .build()
-            .user_data(user_data);
+            .user_data(user_data));
         // SAFETY: names no memory.
         unsafe { self.push(e) }
     }
@@ -248,11 +280,11 @@ impl Ring {
         len: u64,
         user_data: u64,
     ) -> io::Result<()> {
-        let e = opcode::Fallocate::new(types::Fd(fd), len)
+        let e = on_fd!(self, fd, |f| opcode::Fallocate::new(f, len)
             .offset(off)
             .mode(mode)
             .build()
-            .user_data(user_data);
+            .user_data(user_data));
         // SAFETY: names no memory.
         unsafe { self.push(e) }
     }
@@ -571,6 +603,8 @@ mod tests {
             .unwrap();
         f.set_len(8192).unwrap();
         let mut r = Ring::new(8).unwrap();
+        // Through the fixed file, as a connection's ring does the export's.
+        r.register_file(f.as_raw_fd()).unwrap();
         let data = vec![0x5au8; 4096];
         let mut back = vec![0u8; 4096];
         // SAFETY: `data` lives and is untouched until the completion is taken below.

@@ -211,6 +211,10 @@ impl Backing for WritebackFails {
         }
         self.file.sync()
     }
+
+    fn fixed_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.file.fixed_fd()
+    }
 }
 
 /// A file that says its blocks are `block_size` bytes (a 4Kn disk, say, which the host's
@@ -256,6 +260,10 @@ impl Backing for Blocks {
 
     fn sync(&self) -> io::Result<()> {
         self.file.sync()
+    }
+
+    fn fixed_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.file.fixed_fd()
     }
 }
 
