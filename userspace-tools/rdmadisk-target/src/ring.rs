@@ -107,37 +107,16 @@ macro_rules! on_fd {
 impl Ring {
     /// A ring for about `depth` operations in flight.
     pub fn new(depth: u32) -> io::Result<Ring> {
-        let entries = depth.clamp(8, 4096).next_power_of_two();
         let mut first = usize::from(FIRST_SETUP.load(Ordering::Relaxed));
         loop {
             let setup = Setup::ALL[first.min(Setup::ALL.len() - 1)];
-            let mut b = IoUring::builder();
-            b.setup_cqsize(entries * 2);
-            match setup {
-                Setup::Deferred => {
-                    b.setup_single_issuer()
-                        .setup_defer_taskrun()
-                        .setup_taskrun_flag()
-                        .setup_r_disabled();
-                }
-                Setup::Cooperative => {
-                    b.setup_coop_taskrun().setup_taskrun_flag();
-                }
-                Setup::Plain => {}
-            }
-            match b.build(entries) {
+            match Ring::with_setup(depth, setup) {
                 Ok(ring) => {
                     let n = first as u8 + 1;
                     if LOGGED_SETUP.swap(n, Ordering::Relaxed) != n {
                         log::info!("io_uring: connections' rings set up with {}", setup.name());
                     }
-                    return Ok(Ring {
-                        ring,
-                        inflight: 0,
-                        setup,
-                        enabled: setup != Setup::Deferred,
-                        fixed: None,
-                    });
+                    return Ok(ring);
                 }
                 // A kernel that does not know a flag refuses it so: the next set, and for the
                 // rings that follow too.
@@ -150,6 +129,32 @@ impl Ring {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A ring set up with `setup`, or the kernel's refusal.
+    fn with_setup(depth: u32, setup: Setup) -> io::Result<Ring> {
+        let entries = depth.clamp(8, 4096).next_power_of_two();
+        let mut b = IoUring::builder();
+        b.setup_cqsize(entries * 2);
+        match setup {
+            Setup::Deferred => {
+                b.setup_single_issuer()
+                    .setup_defer_taskrun()
+                    .setup_taskrun_flag()
+                    .setup_r_disabled();
+            }
+            Setup::Cooperative => {
+                b.setup_coop_taskrun().setup_taskrun_flag();
+            }
+            Setup::Plain => {}
+        }
+        Ok(Ring {
+            ring: b.build(entries)?,
+            inflight: 0,
+            setup,
+            enabled: setup != Setup::Deferred,
+            fixed: None,
+        })
     }
 
     /// Registers `fd` (the export's file) as the ring's fixed file (`IORING_REGISTER_FILES`):
@@ -504,7 +509,14 @@ mod tests {
     /// in flight until its last completion, and ends when cancelled.
     #[test]
     fn a_multishot_poll_completes_again_until_cancelled() {
-        let mut r = Ring::new(8).unwrap();
+        for setup in Setup::ALL {
+            if let Ok(r) = Ring::with_setup(8, setup) {
+                multishot(r);
+            }
+        }
+    }
+
+    fn multishot(mut r: Ring) {
         let (rfd, wfd) = {
             let mut fds = [0; 2];
             // SAFETY: pipe2 fills two fds; they are closed at the end of the test.
@@ -590,8 +602,19 @@ mod tests {
         }
     }
 
+    /// With each set-up the kernel takes (the first is what a current kernel gives; the
+    /// others are what older ones fall back to).
     #[test]
     fn file_io_completes_with_its_user_data() {
+        for setup in Setup::ALL {
+            match Ring::with_setup(8, setup) {
+                Ok(r) => file_io(r),
+                Err(e) => println!("{setup:?}: refused here ({e})"),
+            }
+        }
+    }
+
+    fn file_io(mut r: Ring) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         let f = std::fs::OpenOptions::new()
@@ -602,7 +625,6 @@ mod tests {
             .open(&p)
             .unwrap();
         f.set_len(8192).unwrap();
-        let mut r = Ring::new(8).unwrap();
         // Through the fixed file, as a connection's ring does the export's.
         r.register_file(f.as_raw_fd()).unwrap();
         let data = vec![0x5au8; 4096];
