@@ -36,6 +36,9 @@ const DRAIN_MAX: u32 = 64 << 20;
 /// A send of at most this many bytes is made whole by the ring (`Ring::sendmsg`).
 const WHOLE: usize = 64 << 10;
 
+/// Most responses one sendmsg carries (each is at most 5 iovecs, far below IOV_MAX).
+const BATCH: usize = 64;
+
 /// Accepts connections until shutdown; returns the connection threads to join.
 pub fn serve(
     t: Arc<Target>,
@@ -376,9 +379,11 @@ struct Out {
     then_close: bool,
 }
 
+/// What one sendmsg carries: the responses queued when it started, in order (up to
+/// [`BATCH`] of them, and none after one that closes the stream).
 struct Sending {
-    out: Out,
-    /// Bytes of `out` sent so far.
+    outs: Vec<Out>,
+    /// Bytes of `outs` sent so far.
     done: usize,
     iov: Vec<libc::iovec>,
     msg: libc::msghdr,
@@ -505,7 +510,10 @@ impl Conn {
             // completion waits for the next one or the tick, as an RDMA response's does.)
             let quiet = std::mem::take(&mut self.send_queued)
                 && self.out.is_empty()
-                && self.sending.as_ref().is_some_and(|sn| !sn.out.then_close)
+                && self
+                    .sending
+                    .as_ref()
+                    .is_some_and(|sn| sn.outs.last().is_some_and(|o| !o.then_close))
                 && !matches!(self.parse, Parse::NeedBuf { .. })
                 && !self.core.waits_for_buffers()
                 && !t.starved()
@@ -896,32 +904,55 @@ impl Conn {
         });
     }
 
-    /// Starts sending the next queued response if none is being sent.
+    /// Starts sending the queued responses if none is being sent: all of them (up to
+    /// [`BATCH`]) in one sendmsg, so that a connection with many requests in flight does not
+    /// need a ring completion, and a system call, per response. A response that closes the
+    /// stream is the last of its send.
     fn start_send(&mut self) -> Result<(), String> {
-        if self.sending.is_some() {
+        if self.sending.is_some() || self.out.is_empty() {
             return Ok(());
         }
-        let Some(out) = self.out.pop_front() else {
-            return Ok(());
-        };
+        let mut outs = Vec::new();
+        while outs.len() < BATCH {
+            let Some(out) = self.out.pop_front() else {
+                break;
+            };
+            let last = out.then_close;
+            outs.push(out);
+            if last {
+                break;
+            }
+        }
         let mut sn = Box::new(Sending {
-            out,
+            outs,
             done: 0,
             iov: Vec::new(),
             // SAFETY: msghdr is plain data; all-zero is an empty message.
             msg: unsafe { std::mem::zeroed() },
             since: Instant::now(),
         });
-        self.post_send(&mut sn)?;
+        if let Err(why) = self.post_send(&mut sn) {
+            self.release_all(&sn);
+            return Err(why);
+        }
         self.sending = Some(sn);
         Ok(())
+    }
+
+    /// The slots of the responses of `sn`, released (sent, or never to be).
+    fn release_all(&mut self, sn: &Sending) {
+        for o in &sn.outs {
+            if let Some(i) = o.slot {
+                self.core.release(i);
+            }
+        }
     }
 
     /// (Re)builds the iovecs of what is left of `sn` and posts one sendmsg.
     fn post_send(&mut self, sn: &mut Sending) -> Result<(), String> {
         sn.iov.clear();
         let mut skip = sn.done;
-        for p in &sn.out.parts {
+        for p in sn.outs.iter().flat_map(|o| &o.parts) {
             let bytes: &[u8] = match p {
                 Part::Owned(v) => v,
                 Part::Data(i, n) => match &self.core.slots[*i].buf {
@@ -941,13 +972,13 @@ impl Conn {
         }
         sn.msg.msg_iov = sn.iov.as_mut_ptr();
         sn.msg.msg_iovlen = sn.iov.len() as _;
-        // A response of at most WHOLE bytes is sent whole: the ring sends the rest itself if
-        // the socket takes only part (`run` counts on one completion for it). A larger one
-        // completes part by part, so that the send timeout starts again with each.
+        // At most WHOLE bytes are sent whole: the ring sends the rest itself if the socket
+        // takes only part (`run` counts on one completion for them). More complete part by
+        // part, so that the send timeout starts again with each.
         let left: usize = sn.iov.iter().map(|v| v.iov_len).sum();
         let whole = left <= WHOLE && self.core.ring.setup() == Setup::Deferred;
-        // SAFETY: the message, its iovec array and the bytes they name (the `Out`'s own parts,
-        // and the buffer of a slot in `Answer`, which is not released or reused until this
+        // SAFETY: the message, its iovec array and the bytes they name (the `Out`s' own parts,
+        // and the buffers of slots in `Answer`, which are not released or reused until this
         // send completes) live in `self.sending`/`self.core` until the completion is taken in
         // `sent`; teardown (`Conn`'s drop) waits for the send first, and if it cannot, keeps
         // the message and the iovecs for good and the slots' buffers with the ring (`Core`).
@@ -968,9 +999,7 @@ impl Conn {
             Ok(()) => self.sending = Some(sn),
             Err(why) => {
                 self.closing.get_or_insert(why);
-                if let Some(i) = sn.out.slot {
-                    self.core.release(i);
-                }
+                self.release_all(&sn);
             }
         }
     }
@@ -986,16 +1015,14 @@ impl Conn {
             }
             self.closing
                 .get_or_insert(format!("send failed: {}", io::Error::from_raw_os_error(e)));
-            if let Some(i) = sn.out.slot {
-                self.core.release(i);
-            }
+            self.release_all(&sn);
             return;
         }
         sn.done += d.result as usize;
         let total: usize = sn
-            .out
-            .parts
+            .outs
             .iter()
+            .flat_map(|o| &o.parts)
             .map(|p| match p {
                 Part::Owned(v) => v.len(),
                 Part::Data(_, n) => *n,
@@ -1006,18 +1033,20 @@ impl Conn {
             sn.since = Instant::now();
             return self.resend(sn);
         }
-        if let Some(i) = sn.out.slot {
-            debug_assert_eq!(self.core.slots[i].stage, Stage::Answer);
-            self.core.release(i);
+        for o in &sn.outs {
+            if let Some(i) = o.slot {
+                debug_assert_eq!(self.core.slots[i].stage, Stage::Answer);
+            }
         }
-        if sn.out.then_close {
+        self.release_all(&sn);
+        if let Some(last) = sn.outs.last().filter(|o| o.then_close) {
             // The stream ends here: what was queued behind it is not sent.
             for o in self.out.drain(..) {
                 if let Some(i) = o.slot {
                     self.core.release(i);
                 }
             }
-            if sn.out.slot.is_some() {
+            if last.slot.is_some() {
                 self.closing
                     .get_or_insert("a hostile act ended the stream (truncated response)".into());
                 Stats::inc(&self.core.t.stats.hostile_resets);
