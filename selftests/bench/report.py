@@ -302,9 +302,8 @@ def main():
             fl = big["lat_p50_us"] + small["lat_p50_us"] / 2
             rd = fig(summ, "rdmadisk-rdma", "rr4k_qd1", "lat_p50_us")
             # The floor is measured once; the spread is that of rdmadisk's repetitions.
-            rs = sorted(x["lat_p50_us"] / fl for x in samples
-                        if x["system"] == "rdmadisk-rdma" and x["job"] == "rr4k_qd1" and x.get("lat_p50_us")
-                        and not broken(x) and not x.get("diag"))
+            rs = sorted(x["lat_p50_us"] / fl for x in timed(samples)
+                        if x["system"] == "rdmadisk-rdma" and x["job"] == "rr4k_qd1" and x.get("lat_p50_us"))
             ratios["rdmadisk-rdma/floor/rr4k_qd1"] = rd / fl if rd else None
             spreads["rdmadisk-rdma/floor/rr4k_qd1"] = spread(rs)
             nv = fig(summ, "nvme-rdma", "rr4k_qd1", "lat_p50_us")
