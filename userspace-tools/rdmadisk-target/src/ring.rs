@@ -20,8 +20,9 @@
 //! system call), failing that no flag ([`Setup`]).
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
@@ -75,10 +76,81 @@ static FIRST_SETUP: AtomicU8 = AtomicU8::new(0);
 /// 1 + the index of the set-up last logged (0: none yet).
 static LOGGED_SETUP: AtomicU8 = AtomicU8::new(0);
 
+/// The `user_data` of the ring's own poll of its mailbox's eventfd (the top byte: not a kind
+/// the connections use, `conn.rs`).
+const UD_MAIL: u64 = 0xfe << 56;
+
+/// Completions that other threads deliver to a ring: a backing store that completes on threads
+/// of its own (librbd's) posts them here, and the eventfd it writes wakes the ring's thread,
+/// whose wait takes them as it takes the kernel's ([`Ring::mailbox`]).
+pub struct Mailbox {
+    queue: Mutex<Vec<Done>>,
+    efd: OwnedFd,
+}
+
+impl Mailbox {
+    fn new() -> io::Result<Mailbox> {
+        // SAFETY: no pointer; the fd returned is checked, then owned here.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mailbox {
+            queue: Mutex::new(Vec::new()),
+            // SAFETY: a new fd that nothing else owns.
+            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Delivers the completion of an operation started with [`Ring::started_elsewhere`]. Any
+    /// thread; never blocks but on the queue's lock, held only to push or take.
+    pub fn post(&self, user_data: u64, result: i32) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Done {
+                user_data,
+                result,
+                more: false,
+            });
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a local to an eventfd this owns. It cannot fail but with
+        // a full counter (EAGAIN), which leaves the fd readable: all the wake-up needs.
+        let _ = unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn waiting(&self) -> bool {
+        !self
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// Moves the posted completions to `out`; how many.
+    fn take(&self, out: &mut Vec<Done>) -> usize {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = q.len();
+        out.append(&mut q);
+        n
+    }
+
+    /// Resets the eventfd's counter, so that the next poll waits for the next post.
+    fn reset(&self) {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into a local from our non-blocking eventfd (EAGAIN when 0).
+        let _ = unsafe { libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
 pub struct Ring {
     ring: IoUring,
-    /// Operations submitted and not yet completed.
+    /// Operations submitted and not yet completed, the mailbox's included
+    /// ([`Ring::started_elsewhere`]); not the ring's own poll of its mailbox.
     inflight: usize,
+    mail: Option<Arc<Mailbox>>,
+    /// A poll of the mailbox's eventfd is on the ring.
+    mail_polled: bool,
     setup: Setup,
     /// A [`Setup::Deferred`] ring is made disabled, and enabled by the thread that first
     /// submits or waits: the one thread that may use it from then on.
@@ -154,7 +226,26 @@ impl Ring {
             setup,
             enabled: setup != Setup::Deferred,
             fixed: None,
+            mail: None,
+            mail_polled: false,
         })
+    }
+
+    /// The ring's mailbox (made on first use): where operations that complete on other threads
+    /// deliver their completions. Each such operation is counted with
+    /// [`Ring::started_elsewhere`] when it starts, so that [`Ring::drain`] waits for it too.
+    pub fn mailbox(&mut self) -> io::Result<Arc<Mailbox>> {
+        if let Some(m) = &self.mail {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(Mailbox::new()?);
+        self.mail = Some(m.clone());
+        Ok(m)
+    }
+
+    /// Counts an operation whose completion will come through the mailbox.
+    pub fn started_elsewhere(&mut self) {
+        self.inflight += 1;
     }
 
     /// Registers `fd` (the export's file) as the ring's fixed file (`IORING_REGISTER_FILES`):
@@ -191,7 +282,7 @@ impl Ring {
     /// Completions are there to take, or the kernel has work to turn into some (which needs
     /// a system call asking for completions; known only with `TASKRUN_FLAG`, [`Setup`]).
     pub fn pending(&mut self) -> bool {
-        if !self.ring.completion().is_empty() {
+        if !self.ring.completion().is_empty() || self.mail.as_ref().is_some_and(|m| m.waiting()) {
             return true;
         }
         let sq = self.ring.submission();
@@ -381,7 +472,19 @@ impl Ring {
         out: &mut Vec<Done>,
     ) -> io::Result<()> {
         self.own()?;
-        let want = if timeout.is_some() && self.ring.completion().is_empty() {
+        let mail = self.mail.as_ref().is_some_and(|m| m.waiting());
+        let unpolled = self.mail.as_ref().filter(|_| !self.mail_polled && !mail);
+        if let Some(fd) = unpolled.map(|m| m.efd.as_raw_fd()) {
+            let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+                .build()
+                .user_data(UD_MAIL);
+            // SAFETY: names no memory (the eventfd lives as long as the ring: it holds it).
+            unsafe { self.push(e) }?;
+            // The ring's own: not an operation anyone waits for (`drain`).
+            self.inflight -= 1;
+            self.mail_polled = true;
+        }
+        let want = if timeout.is_some() && self.ring.completion().is_empty() && !mail {
             want
         } else {
             0
@@ -402,6 +505,13 @@ impl Ring {
             Err(e) => return Err(e),
         }
         for c in self.ring.completion() {
+            if c.user_data() == UD_MAIL {
+                self.mail_polled = false;
+                if let Some(m) = &self.mail {
+                    m.reset();
+                }
+                continue;
+            }
             let more = io_uring::cqueue::more(c.flags());
             if !more {
                 self.inflight = self.inflight.saturating_sub(1);
@@ -411,6 +521,10 @@ impl Ring {
                 result: c.result(),
                 more,
             });
+        }
+        if let Some(m) = &self.mail {
+            let n = m.take(out);
+            self.inflight = self.inflight.saturating_sub(n);
         }
         Ok(())
     }
@@ -652,6 +766,58 @@ mod tests {
         assert_eq!(out.iter().map(|d| d.user_data).collect::<Vec<_>>(), [8, 9]);
         assert_eq!(out[1].result, 4096);
         assert_eq!(back, data);
+        assert_eq!(r.inflight(), 0);
+    }
+
+    /// Completions posted to the mailbox by other threads come out of the ring's wait like the
+    /// kernel's, a wait blocks until one is posted, and drain waits for every one counted.
+    #[test]
+    fn the_mailbox_delivers_other_threads_completions() {
+        let mut r = Ring::new(8).unwrap();
+        let m = r.mailbox().unwrap();
+        for _ in 0..3 {
+            r.started_elsewhere();
+        }
+        assert_eq!(r.inflight(), 3);
+        let mut out = Vec::new();
+        // Nothing posted yet: the wait times out empty.
+        r.wait(Some(Duration::from_millis(20)), &mut out).unwrap();
+        assert!(out.is_empty());
+        let poster = {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                m.post(1, 10);
+            })
+        };
+        // Blocks until the post wakes it.
+        while out.is_empty() {
+            r.wait(Some(Duration::from_secs(5)), &mut out).unwrap();
+        }
+        poster.join().unwrap();
+        assert_eq!(
+            out,
+            [Done {
+                user_data: 1,
+                result: 10,
+                more: false
+            }]
+        );
+        assert_eq!(r.inflight(), 2);
+        let late = std::thread::spawn(move || {
+            m.post(2, -libc::EIO);
+            std::thread::sleep(Duration::from_millis(50));
+            m.post(3, 0);
+        });
+        out.clear();
+        assert!(r.drain(Duration::from_secs(5), &mut out));
+        late.join().unwrap();
+        assert_eq!(
+            out.iter()
+                .map(|d| (d.user_data, d.result))
+                .collect::<Vec<_>>(),
+            [(2, -libc::EIO), (3, 0)]
+        );
         assert_eq!(r.inflight(), 0);
     }
 }
