@@ -4,7 +4,7 @@
 set -euo pipefail
 
 CACHE=${RDMADISK_CACHE:-$HOME/.cache/rdmadisk}
-STAMP=$CACHE/deps-v5.stamp
+STAMP=$CACHE/deps-v6.stamp
 BINDGEN_VER=0.70.1
 RUSTC_WEB_VER=1.85.0+dfsg3-1~deb12u3
 
@@ -18,6 +18,7 @@ PKGS=(
   rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev librdmacm1 rdmacm-utils
   perftest iproute2 fio libaio-dev dpkg-dev e2fsprogs nftables iptables kmod procps psmisc
   nvme-cli python3-matplotlib dkms tmux
+  ceph-mon ceph-osd ceph-common librbd-dev librados-dev
 )
 
 if [ -f "$STAMP" ] && [ -x "$CACHE/bin/bindgen" ] && [ -x /usr/bin/rustc ] && command -v vng >/dev/null; then
