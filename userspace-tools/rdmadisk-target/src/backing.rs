@@ -13,7 +13,46 @@ use std::path::{Path, PathBuf};
 
 use rdmadisk_proto::wire::SECTOR_SIZE;
 
+use crate::config::ExportSpec;
 use crate::ring::Ring;
+
+/// Opens export `e`'s backing as it will be served: a file or block device (with O_DIRECT if
+/// `direct`), or an RBD image.
+pub fn open(e: &ExportSpec, direct: bool) -> io::Result<Box<dyn Backing>> {
+    match &e.rbd {
+        #[cfg(feature = "rbd")]
+        Some(r) => Ok(Box::new(crate::backing_rbd::RbdBacking::open(
+            r,
+            e.read_only,
+        )?)),
+        #[cfg(not(feature = "rbd"))]
+        Some(_) => Err(no_rbd()),
+        None => Ok(Box::new(FdBacking::open(&e.path, e.read_only, direct)?)),
+    }
+}
+
+/// For --check-config: export `e`'s geometry and description, found as [`open`] would, but
+/// without taking its exclusive hold.
+pub fn inspect(e: &ExportSpec, direct: bool) -> io::Result<(Geometry, String)> {
+    match &e.rbd {
+        #[cfg(feature = "rbd")]
+        Some(r) => crate::backing_rbd::RbdBacking::inspect(r, e.read_only),
+        #[cfg(not(feature = "rbd"))]
+        Some(_) => Err(no_rbd()),
+        None => {
+            let b = FdBacking::inspect(&e.path, e.read_only, direct)?;
+            Ok((b.geometry(), b.describe()))
+        }
+    }
+}
+
+#[cfg(not(feature = "rbd"))]
+fn no_rbd() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this rdmadisk-target was built without RBD support (cargo feature rbd)",
+    )
+}
 
 /// One operation on a backing store. Offsets and lengths are in bytes and aligned to the
 /// backing's [`Geometry::block_size`] (the target refuses anything else).

@@ -10,7 +10,6 @@
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
 
-use crate::backing::{Backing as _, FdBacking};
 use crate::config::{Config, Problems};
 
 /// What `--check-config` found: the summary of what would be served, and the problems.
@@ -60,9 +59,8 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
         line(format!("host {} ({}): a key of its own", h.name, h.addr));
     }
     for e in &cfg.exports {
-        match FdBacking::inspect(&e.path, e.read_only, cfg.direct) {
-            Ok(b) => {
-                let g = b.geometry();
+        match crate::backing::inspect(e, cfg.direct) {
+            Ok((g, describe)) => {
                 if g.capacity == 0 {
                     problems.add(format!("export {}: {} is empty", e.name, e.path.display()));
                 }
@@ -88,7 +86,7 @@ pub fn check(cfg: &Config, mut problems: Problems) -> Report {
                 line(format!(
                     "export {}: {}, {} bytes ({} sectors of 512), block size {}, {}",
                     e.name,
-                    b.describe(),
+                    describe,
                     g.capacity,
                     g.capacity >> 9,
                     g.block_size,

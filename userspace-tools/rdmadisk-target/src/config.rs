@@ -60,9 +60,10 @@ TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], allow_any
 max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, inline_max,
 ack_timeout_exp, poll_us, max_connections, max_connections_per_host, hello_timeout_s,
 idle_timeout_s, send_timeout_s, shutdown_timeout_s, stats_file, log_level,
-corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, [[host]] tables
-with name, address, secret_file, target_secret_file, and [[export]] tables with name, path,
-read_only, allow = [..], exclusive, secret_file, insecure. See userspace-tools/README.md and
+corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, ceph_conf,
+ceph_client, ceph_keyring, lock_wait_s, [[host]] tables with name, address, secret_file,
+target_secret_file, and [[export]] tables with name, path (or rbd:POOL/IMAGE), read_only, allow = [..],
+exclusive, secret_file, insecure, ceph_conf, ceph_client, ceph_keyring, break_lock. See userspace-tools/README.md and
 rdmadisk-target.example.toml."
 )]
 pub struct Args {
@@ -98,8 +99,8 @@ pub struct Args {
     /// Listen on TCP (the default; overrides no_tcp = true in the file).
     #[arg(long, overrides_with = "no_tcp")]
     pub tcp: bool,
-    /// Export NAME=PATH (a file or block device), read-write. Repeatable; added to the file's
-    /// exports.
+    /// Export NAME=PATH (a file or block device, or rbd:POOL/IMAGE: a Ceph RBD image),
+    /// read-write. Repeatable; added to the file's exports.
     #[arg(long = "export", value_name = "NAME=PATH")]
     pub exports: Vec<String>,
     /// Export NAME=PATH read-only. Repeatable; added to the file's exports.
@@ -131,6 +132,26 @@ pub struct Args {
     /// exclusive = false in the file). Repeatable.
     #[arg(long = "exclusive", value_name = "NAME")]
     pub exclusive: Vec<String>,
+    /// RBD exports: the ceph.conf to read (default: librados's search, /etc/ceph/ceph.conf).
+    #[arg(long, value_name = "FILE")]
+    pub ceph_conf: Option<PathBuf>,
+    /// RBD exports: the Ceph client to connect as (default client.admin).
+    #[arg(long, value_name = "NAME")]
+    pub ceph_client: Option<String>,
+    /// RBD exports: that client's keyring (default: what the ceph.conf names).
+    #[arg(long, value_name = "PATH")]
+    pub ceph_keyring: Option<PathBuf>,
+    /// RBD export NAME: when another client holds the image's exclusive lock, break it (Ceph
+    /// then blocklists that client, so no write of it lands afterwards) instead of refusing
+    /// to start. Only for an owner known to be gone or frozen. Repeatable.
+    #[arg(long = "break-lock", value_name = "NAME")]
+    pub break_lock: Vec<String>,
+    /// RBD exports: how long to wait at start for an image's exclusive lock that another
+    /// client holds. A dead owner's lock is broken once Ceph sees it gone (its watch on the
+    /// image lapses: osd_client_watch_timeout, 30 s by default), so a target restarted after a
+    /// crash waits that out. Default 45; 0: refuse at once.
+    #[arg(long, value_name = "SECONDS")]
+    pub lock_wait_s: Option<u64>,
     /// Allowed client address or CIDR block, for every export. Repeatable; replaces the
     /// file's allow list and allow_any.
     #[arg(long = "allow", value_name = "IP[/PREFIX]")]
@@ -283,6 +304,13 @@ pub struct ExportConf {
     pub secret_file: Option<PathBuf>,
     /// Without a key, serve any port of an allowed host, not only reserved ones.
     pub insecure: Option<bool>,
+    /// RBD exports (`path = "rbd:POOL/IMAGE"`): the ceph.conf, client and keyring, when not
+    /// the target-wide ones.
+    pub ceph_conf: Option<PathBuf>,
+    pub ceph_client: Option<String>,
+    pub ceph_keyring: Option<PathBuf>,
+    /// RBD exports: break another client's exclusive lock at start (see --break-lock).
+    pub break_lock: Option<bool>,
 }
 
 /// One `[[host]]` table: a client host with a key of its own.
@@ -308,6 +336,10 @@ pub struct FileConf {
     pub tcp_port: Option<u16>,
     pub no_rdma: Option<bool>,
     pub no_tcp: Option<bool>,
+    pub ceph_conf: Option<PathBuf>,
+    pub ceph_client: Option<String>,
+    pub ceph_keyring: Option<PathBuf>,
+    pub lock_wait_s: Option<u64>,
     #[serde(default)]
     pub allow: Vec<String>,
     pub allow_any: Option<bool>,
@@ -347,11 +379,44 @@ impl FileConf {
     }
 }
 
+/// A Ceph RBD image to serve, and how to reach its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbdSpec {
+    pub pool: String,
+    pub image: String,
+    pub conf: Option<PathBuf>,
+    pub client: Option<String>,
+    pub keyring: Option<PathBuf>,
+    /// Break another client's exclusive lock at start rather than refuse to start.
+    pub break_lock: bool,
+    /// How long to wait at start for a lock another client holds.
+    pub lock_wait: Duration,
+}
+
+impl RbdSpec {
+    /// `rbd:POOL/IMAGE` as (pool, image); `None` if `path` does not start with `rbd:`.
+    pub fn parse_path(path: &Path) -> Option<Result<(String, String), String>> {
+        let s = path.to_str()?;
+        let rest = s.strip_prefix("rbd:")?;
+        let bad = || format!("{s:?}: expected rbd:POOL/IMAGE");
+        Some(match rest.split_once('/') {
+            Some((pool, image))
+                if !pool.is_empty() && !image.is_empty() && !image.contains(['/', '@']) =>
+            {
+                Ok((pool.to_string(), image.to_string()))
+            }
+            _ => Err(bad()),
+        })
+    }
+}
+
 /// One export, as configured.
 #[derive(Debug, Clone)]
 pub struct ExportSpec {
     pub name: String,
+    /// The file or block device; for an RBD export, `rbd:POOL/IMAGE` (and `rbd` is set).
     pub path: PathBuf,
+    pub rbd: Option<RbdSpec>,
     pub read_only: bool,
     pub allow: Vec<String>,
     pub exclusive: bool,
@@ -448,6 +513,10 @@ fn parse_export(s: &str, flag: &str, read_only: bool) -> Result<ExportConf, Stri
         exclusive: None,
         secret_file: None,
         insecure: None,
+        ceph_conf: None,
+        ceph_client: None,
+        ceph_keyring: None,
+        break_lock: None,
     })
 }
 
@@ -702,6 +771,15 @@ impl Config {
             .or(file.log_level.clone())
             .unwrap_or_else(|| "info".into());
         let log_level = p.take(crate::logging::parse_level(&level), log::LevelFilter::Info);
+        let lock_wait = Duration::from_secs(p.take(
+            range(
+                "lock_wait_s",
+                args.lock_wait_s.or(file.lock_wait_s).unwrap_or(45),
+                0,
+                3600,
+            ),
+            45,
+        ));
         let mut specs = Vec::new();
         for e in &exports {
             if rdmadisk_proto::wire::ExportName::new(e.name.as_bytes()).is_err() {
@@ -733,9 +811,46 @@ impl Config {
             } else {
                 e.exclusive.unwrap_or(true)
             };
+            let rbd = match RbdSpec::parse_path(&e.path) {
+                None => {
+                    if args.break_lock.contains(&e.name) || e.break_lock.is_some() {
+                        p.add(format!(
+                            "export {}: break_lock is for RBD exports (rbd:POOL/IMAGE)",
+                            e.name
+                        ));
+                    }
+                    None
+                }
+                Some(Err(err)) => {
+                    p.add(format!("export {}: path {err}", e.name));
+                    None
+                }
+                Some(Ok((pool, image))) => Some(RbdSpec {
+                    pool,
+                    image,
+                    conf: e
+                        .ceph_conf
+                        .clone()
+                        .or(args.ceph_conf.clone())
+                        .or(file.ceph_conf.clone()),
+                    client: e
+                        .ceph_client
+                        .clone()
+                        .or(args.ceph_client.clone())
+                        .or(file.ceph_client.clone()),
+                    keyring: e
+                        .ceph_keyring
+                        .clone()
+                        .or(args.ceph_keyring.clone())
+                        .or(file.ceph_keyring.clone()),
+                    break_lock: args.break_lock.contains(&e.name) || e.break_lock.unwrap_or(false),
+                    lock_wait,
+                }),
+            };
             specs.push(ExportSpec {
                 name: e.name.clone(),
                 path: e.path.clone(),
+                rbd,
                 read_only: e.read_only,
                 allow: e.allow.clone(),
                 exclusive,
@@ -882,6 +997,7 @@ impl Config {
             ("--no-exclusive", &args.no_exclusive),
             ("--exclusive", &args.exclusive),
             ("--insecure", &args.insecure),
+            ("--break-lock", &args.break_lock),
         ] {
             for n in list
                 .iter()
@@ -956,6 +1072,69 @@ mod tests {
             allow: vec!["127.0.0.1".into()],
             exports: vec!["a=/tmp/a.img".into()],
             ..Args::default()
+        }
+    }
+
+    /// `rbd:POOL/IMAGE` paths, how the Ceph keys merge (the export's, then the flags', then
+    /// the file's top level), and the RBD-only keys refused on a file export.
+    #[test]
+    fn rbd_exports() {
+        let pp = |s: &str| RbdSpec::parse_path(Path::new(s));
+        assert_eq!(pp("/dev/sda"), None);
+        assert_eq!(pp("rbd:p/i"), Some(Ok(("p".into(), "i".into()))));
+        for bad in [
+            "rbd:",
+            "rbd:p",
+            "rbd:/i",
+            "rbd:p/",
+            "rbd:p/n/i",
+            "rbd:p/i@snap",
+        ] {
+            assert!(matches!(pp(bad), Some(Err(_))), "{bad}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(
+            &p,
+            "ceph_conf = \"/f.conf\"\nceph_client = \"file\"\nlock_wait_s = 5\n\
+             [[export]]\nname = \"v\"\npath = \"rbd:pool/img\"\nceph_client = \"own\"\n",
+        )
+        .unwrap();
+        let c = Config::load(&Args {
+            config: Some(p.clone()),
+            ceph_conf: Some("/flag.conf".into()),
+            break_lock: vec!["v".into()],
+            ..base()
+        })
+        .unwrap();
+        let v = c.exports.iter().find(|e| e.name == "v").unwrap();
+        let r = v.rbd.as_ref().unwrap();
+        assert_eq!((r.pool.as_str(), r.image.as_str()), ("pool", "img"));
+        assert_eq!(r.conf.as_deref(), Some(Path::new("/flag.conf")));
+        assert_eq!(r.client.as_deref(), Some("own"));
+        assert_eq!(r.keyring, None);
+        assert!(r.break_lock);
+        assert_eq!(r.lock_wait, Duration::from_secs(5));
+        assert!(c
+            .exports
+            .iter()
+            .find(|e| e.name == "a")
+            .unwrap()
+            .rbd
+            .is_none());
+        let problems = Config::load(&Args {
+            break_lock: vec!["a".into()],
+            exports: vec!["a=/tmp/a.img".into(), "b=rbd:nopool".into()],
+            lock_wait_s: Some(4000),
+            ..base()
+        })
+        .unwrap_err();
+        for needle in [
+            "export a: break_lock is for RBD exports",
+            "export b: path \"rbd:nopool\": expected rbd:POOL/IMAGE",
+            "lock_wait_s = 4000",
+        ] {
+            assert!(problems.contains(needle), "{needle:?} in\n{problems}");
         }
     }
 
@@ -1336,7 +1515,7 @@ path = "/tmp/a.img"
             .collect::<Vec<_>>()
             .join("\n");
         let parsed: FileConf = toml::from_str(&all).unwrap();
-        assert_eq!(parsed.export.len(), 2);
+        assert_eq!(parsed.export.len(), 3);
         assert_eq!(parsed.host.len(), 1);
         let top = known_keys("zzz = 1");
         let export = known_keys("[[export]]\nname = \"a\"\npath = \"p\"\nzzz = 1");
@@ -1344,7 +1523,7 @@ path = "/tmp/a.img"
             "[[host]]\nname = \"a\"\naddress = \"192.0.2.1\"\nsecret_file = \"k\"\nzzz = 1",
         );
         assert!(
-            top.len() > 20 && export.len() == 7 && host.len() == 4,
+            top.len() > 20 && export.len() == 11 && host.len() == 4,
             "{top:?} {export:?} {host:?}"
         );
         for k in top.iter().chain(&export).chain(&host) {

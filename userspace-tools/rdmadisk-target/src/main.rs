@@ -14,6 +14,8 @@
 //! it stops (`notify.rs`).
 
 mod backing;
+#[cfg(feature = "rbd")]
+mod backing_rbd;
 mod check;
 mod config;
 mod conn;
@@ -48,7 +50,6 @@ use clap::Parser;
 use rdmadisk_net::allow::AllowList;
 use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
 
-use backing::FdBacking;
 use config::{Args, Command, Config};
 use engine::{Limits, Target};
 use export::Export;
@@ -156,18 +157,18 @@ fn hostile_warning(l: &Limits) -> String {
 fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
     let mut out = Vec::new();
     for e in &cfg.exports {
-        let b = FdBacking::open(&e.path, e.read_only, cfg.direct)
+        let b = backing::open(e, cfg.direct)
             .map_err(|err| format!("export {}: {}: {err}", e.name, e.path.display()))?;
         let allow = if e.allow.is_empty() {
             None
         } else {
             Some(AllowList::parse(&e.allow).map_err(|err| format!("export {}: {err}", e.name))?)
         };
-        let g = backing::Backing::geometry(&b);
+        let g = b.geometry();
         say(&format!(
             "export {} = {} ({} sectors of 512 bytes, block size {}, {}{}{}{})",
             e.name,
-            backing::Backing::describe(&b),
+            b.describe(),
             g.capacity >> 9,
             g.block_size,
             if e.read_only {
@@ -198,7 +199,7 @@ fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
         }
         out.push(Export::new(
             &e.name,
-            Box::new(b),
+            b,
             e.read_only,
             allow,
             e.secret.clone(),

@@ -1,0 +1,258 @@
+//! An export backed by a Ceph RBD image (`rbd:POOL/IMAGE`), through librbd (rdmadisk-rbd).
+//!
+//! librbd completes each operation on a thread of its own; the completion goes to the ring of
+//! the connection that started it, through the ring's mailbox (`ring.rs`), so that the
+//! connection takes it in the same wait as its other completions: no thread per request and
+//! no blocking call on the I/O path.
+//!
+//! Durability: the target connects with librbd's cache off (`rbd_cache = false`), so a write
+//! is in the OSDs' journals when librbd completes it: FUA needs nothing more, and a flush
+//! (still sent) has no dirty cache to write back.
+//!
+//! One writer per image: a read-write export takes the image's exclusive lock in exclusive
+//! mode (librbd keeps it, and refuses to hand it to another client that asks). A second target
+//! is refused while the first holds it. When the owner is dead or frozen, Ceph drops its watch
+//! on the image after `osd_client_watch_timeout`, and librbd then breaks its lock as it
+//! acquires; `break_lock` breaks it at once. Either way Ceph blocklists the old owner first, so
+//! none of its writes can land afterwards. docs/design.md ("RBD exports") says how this fits the session fences.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdmadisk_rbd::{Cluster, Complete, Connect, Image};
+
+use crate::backing::{Backing, Geometry, IoOp};
+use crate::config::RbdSpec;
+use crate::ring::{Mailbox, Ring};
+
+impl Complete for Mailbox {
+    fn complete(&self, tag: u64, result: i64) {
+        self.post(
+            tag,
+            result.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+        );
+    }
+}
+
+/// `RBD_FEATURE_EXCLUSIVE_LOCK`.
+const FEATURE_EXCLUSIVE_LOCK: u64 = rdmadisk_rbd::sys::RBD_FEATURE_EXCLUSIVE_LOCK as u64;
+
+pub struct RbdBacking {
+    image: Image,
+    cluster: Cluster,
+    spec: RbdSpec,
+    geometry: Geometry,
+}
+
+/// What the target sets on its librados client, after the conf.
+const OPTIONS: &[(&str, &str)] = &[
+    // A completed write is durable (see the module's comment).
+    ("rbd_cache", "false"),
+    // Reaching the monitors at start: fail in 30 s, not librados's 5 minutes.
+    ("client_mount_timeout", "30"),
+    // A discard reads back as zeroes (the wire's promise), partial objects included: librbd
+    // would otherwise skip the parts of a discard that do not cover whole 64 KiB pieces.
+    ("rbd_skip_partial_discard", "false"),
+];
+
+fn connect(spec: &RbdSpec) -> io::Result<Cluster> {
+    Ok(Cluster::connect(&Connect {
+        conf: spec.conf.as_deref(),
+        client: spec.client.as_deref(),
+        keyring: spec.keyring.as_deref(),
+        options: OPTIONS,
+    })?)
+}
+
+fn geometry(size: u64) -> Geometry {
+    // 512-byte blocks (librbd takes any byte range); 4 KiB physical, so that file systems
+    // write whole 4 KiB pieces of the OSDs' objects.
+    Geometry {
+        capacity: size / 512 * 512,
+        block_size: 512,
+        physical_block_size: 4096,
+    }
+}
+
+impl RbdBacking {
+    /// Connects, opens the image and, read-write, takes its exclusive lock.
+    pub fn open(spec: &RbdSpec, read_only: bool) -> io::Result<RbdBacking> {
+        let cluster = connect(spec)?;
+        let pool = cluster.pool(&spec.pool)?;
+        let image = Image::open(&pool, &spec.image, read_only)?;
+        if !read_only {
+            lock(&image, spec, &cluster)?;
+        }
+        let size = image.size()?;
+        Ok(RbdBacking {
+            geometry: geometry(size),
+            image,
+            cluster,
+            spec: spec.clone(),
+        })
+    }
+
+    /// For --check-config: reaches the cluster and opens the image (taking no lock), and says
+    /// who holds its lock.
+    pub fn inspect(spec: &RbdSpec, read_only: bool) -> io::Result<(Geometry, String)> {
+        let cluster = connect(spec)?;
+        let pool = cluster.pool(&spec.pool)?;
+        // Read-write opens take no lock until a write (none here); only they can list the
+        // lock's owners.
+        let image = Image::open(&pool, &spec.image, read_only)?;
+        let size = image.size()?;
+        let mut notes = Vec::new();
+        if !read_only && image.features()? & FEATURE_EXCLUSIVE_LOCK == 0 {
+            return Err(no_lock_feature(spec));
+        }
+        let owners = if read_only {
+            Vec::new()
+        } else {
+            image.lock_owners()?
+        };
+        if !owners.is_empty() {
+            notes.push(format!(
+                "its exclusive lock is held by {}{}",
+                owners.join(", "),
+                if spec.break_lock {
+                    " (break_lock: it would be broken)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let what = format!(
+            "RBD image {}/{} as {}{}",
+            spec.pool,
+            spec.image,
+            cluster.client(),
+            if notes.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", notes.join("; "))
+            }
+        );
+        Ok((geometry(size), what))
+    }
+}
+
+fn no_lock_feature(spec: &RbdSpec) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "image {}/{} lacks the exclusive-lock feature, which keeps it to one writer: \
+             rbd feature enable {}/{} exclusive-lock (or export it read-only)",
+            spec.pool, spec.image, spec.pool, spec.image
+        ),
+    )
+}
+
+/// Takes the image's exclusive lock. With `break_lock`, another owner's lock is broken first.
+/// Otherwise librbd waits for it: when the owner is gone or frozen, Ceph drops its watch on
+/// the image after `osd_client_watch_timeout` (30 s by default), and librbd then breaks its
+/// lock as it acquires. A live owner refuses (EROFS); that is retried for `lock_wait`.
+fn lock(image: &Image, spec: &RbdSpec, cluster: &Cluster) -> io::Result<()> {
+    if image.features()? & FEATURE_EXCLUSIVE_LOCK == 0 {
+        return Err(no_lock_feature(spec));
+    }
+    let name = format!("{}/{}", spec.pool, spec.image);
+    if spec.break_lock {
+        for o in image.lock_owners()? {
+            log::warn!(
+                "RBD image {name}: breaking {o}'s exclusive lock (break_lock); Ceph blocklists it"
+            );
+            image.break_lock(&o)?;
+        }
+    }
+    let end = Instant::now() + spec.lock_wait;
+    let mut said = false;
+    loop {
+        let err = match image.lock_exclusive() {
+            Ok(()) => break,
+            Err(e) => e,
+        };
+        let owners = image.lock_owners().unwrap_or_default();
+        let who = if owners.is_empty() {
+            String::new()
+        } else {
+            format!(" (held by {})", owners.join(", "))
+        };
+        if Instant::now() >= end {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "{err}{who}: another client serves this image (waited {} s; break_lock \
+                     takes it over from an owner known to be gone or frozen)",
+                    spec.lock_wait.as_secs()
+                ),
+            ));
+        }
+        if !said {
+            log::warn!(
+                "RBD image {name}: its exclusive lock is held{who}; waiting up to {} s",
+                spec.lock_wait.as_secs()
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    log::info!(
+        "RBD image {name}: exclusive lock held by {} ({})",
+        cluster.client(),
+        cluster.addrs().unwrap_or_default()
+    );
+    Ok(())
+}
+
+impl Backing for RbdBacking {
+    fn describe(&self) -> String {
+        format!(
+            "RBD image {}/{} as {}{}",
+            self.spec.pool,
+            self.spec.image,
+            self.cluster.client(),
+            if self.image.read_only() {
+                ""
+            } else {
+                ", exclusive lock held"
+            }
+        )
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    unsafe fn start(
+        &self,
+        ring: &mut Ring,
+        op: IoOp,
+        buf: *mut u8,
+        user_data: u64,
+    ) -> io::Result<()> {
+        let to: Arc<dyn Complete> = ring.mailbox()?;
+        let img = &self.image;
+        match op {
+            // SAFETY: forwarded to the caller (`Backing::start`): `buf` stays valid and
+            // untouched until the completion, which the mailbox delivers to the ring.
+            IoOp::Read { off, len } => unsafe {
+                img.aio_read(off, len as usize, buf, &to, user_data)
+            },
+            // FUA: librbd's cache is off, so a completed write is durable.
+            // SAFETY: as for the read.
+            IoOp::Write { off, len, fua: _ } => unsafe {
+                img.aio_write(off, len as usize, buf, &to, user_data)
+            },
+            IoOp::Flush => img.aio_flush(&to, user_data),
+            IoOp::PunchHole { off, len } => img.aio_discard(off, len, &to, user_data),
+            IoOp::ZeroRange { off, len } => img.aio_write_zeroes(off, len, &to, user_data),
+        }?;
+        ring.started_elsewhere();
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        Ok(self.image.flush()?)
+    }
+}
