@@ -35,6 +35,7 @@ step "src/: no import cycle, no transport imports the disk" python3 selftests/ho
 step "cargo fmt --check (userspace-tools)" bash -c 'cd userspace-tools && cargo fmt --all -- --check'
 step "cargo clippy -D warnings (userspace-tools)" bash -c 'cd userspace-tools && cargo clippy --workspace --all-targets --quiet -- -D warnings'
 step "cargo test (userspace-tools)" bash -c 'cd userspace-tools && cargo test --workspace'
+step "RBD exports against a real Ceph cluster (no VM)" selftests/host/rbd-tests.sh
 if [ -x userspace-tools/rdmadisk-proto/fuzz/run.sh ]; then
   step "fuzz every protocol decoder (bounded)" userspace-tools/rdmadisk-proto/fuzz/run.sh "${FUZZ_SECONDS:-5}"
 fi

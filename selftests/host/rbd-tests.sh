@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# RBD exports on the host, no VM: a real Ceph cluster (selftests/ceph/cluster.sh: one monitor,
+# one OSD, cephx) in a network namespace of its own, rdmadisk-target serving an RBD image over
+# TCP on that namespace's loopback, and rdmadisk-testclient's verified workload against it.
+#   1. the verified workload (reads, writes, flushes, FUA, discards, write-zeroes, sizes from
+#      4 KiB to 1 MiB), and --check-config reaching the cluster;
+#   2. the target SIGKILLed and started again: the image's data is what it was, and the new
+#      target takes the dead one's lock once Ceph sees it gone;
+#   3. a second target on the same image is refused while the first holds its lock; a
+#      read-only one may share the image;
+#   4. takeover: the owner frozen (SIGSTOP) with a client's writes queued, a new target breaks
+#      its lock (break_lock) and serves; the old one, thawed, has its late writes refused
+#      (Ceph blocklisted it) and the image does not change.
+# TAP output, then "N passed, N failed". Needs root (network namespaces) and Ceph's packages.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${CARGO_TARGET_DIR:-$HOME/.cache/rdmadisk/cargo-target}/release
+T=$BIN/rdmadisk-target C=$BIN/rdmadisk-testclient
+OUT=$REPO/selftests/out/rbd
+CL=$OUT/ceph
+n=0 pass=0 fail=0 t0=$SECONDS
+ok() { n=$((n + 1)); pass=$((pass + 1)); echo "ok $n - $1 ($((SECONDS - t0)) s)"; }
+nok() { n=$((n + 1)); fail=$((fail + 1)); echo "not ok $n - $1 ($((SECONDS - t0)) s)"; shift; for f; do [ -f "$f" ] && tail -n 15 "$f" | sed 's/^/#   /'; done; }
+finish() {
+  for p in $(cat "$OUT"/*.tpid 2>/dev/null); do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  "$REPO/selftests/ceph/cluster.sh" stop "$CL" >/dev/null 2>&1
+  echo "1..$n"
+  echo "$pass passed, $fail failed"
+}
+trap finish EXIT
+echo "TAP version 13"
+[ -x "$T" ] && [ -x "$C" ] || { nok "rdmadisk-target and rdmadisk-testclient are built (make userspace)"; exit 1; }
+rm -rf "$OUT" && mkdir -p "$OUT"
+echo "# starting a Ceph cluster (one monitor, one OSD on memstore) in its own network namespace"
+env=$(CEPH_NETNS=rdmadisk-rbd-$$ "$REPO/selftests/ceph/cluster.sh" start "$CL" 2>"$OUT/cluster.err") ||
+  { nok "a Ceph cluster starts" "$OUT/cluster.err"; exit 1; }
+eval "$env"
+ok "a Ceph cluster starts (monitor, OSD, pool $CEPH_POOL, cephx key for $CEPH_CLIENT)"
+ns() { ip netns exec "$CEPH_NETNS" "$@"; }
+rbd_() { ns timeout 120 rbd -c "$CEPH_CONF" "$@"; }
+IMG=disk
+rbd_ create --size 64M --image-feature layering,exclusive-lock "$CEPH_POOL/$IMG" &&
+  rbd_ create --size 16M --image-feature layering "$CEPH_POOL/nolock" ||
+  { nok "rbd create"; exit 1; }
+# The image's contents, as another client reads them (reads need no lock).
+digest() { rbd_ export "$CEPH_POOL/$IMG" - 2>/dev/null | sha256sum | cut -c1-16; }
+
+# tstart NAME PORT ARGS...: a target in the namespace, TCP only; its pid in $OUT/NAME.tpid.
+tstart() {
+  local name=$1 port=$2; shift 2
+  # Not through ns(): $! must be the target itself (ip netns exec execs it), for the signals.
+  ip netns exec "$CEPH_NETNS" "$T" --listen 127.0.0.1 --tcp-port "$port" --no-rdma --allow 127.0.0.1 \
+    --ceph-conf "$CEPH_CONF" --ceph-client "$CEPH_CLIENT" --ceph-keyring "$CEPH_KEYRING" \
+    "$@" >"$OUT/$name.log" 2>&1 &
+  echo $! >"$OUT/$name.tpid"
+}
+# tready NAME: waits (up to 120 s) until target NAME listens; fails if it exited.
+tready() {
+  local p i; p=$(cat "$OUT/$1.tpid")
+  for ((i = 0; i < 240; i++)); do
+    grep -q "listening" "$OUT/$1.log" && return 0
+    kill -0 "$p" 2>/dev/null || return 1
+    sleep 0.5
+  done
+  return 1
+}
+client() { ns "$C" --transport tcp --export "$IMG" --span-mib 32 "$@"; }
+
+echo "# 1: the verified workload over TCP"
+if ns "$T" --check-config --no-rdma --allow 127.0.0.1 --ceph-conf "$CEPH_CONF" \
+  --ceph-client "$CEPH_CLIENT" --ceph-keyring "$CEPH_KEYRING" \
+  --export "$IMG=rbd:$CEPH_POOL/$IMG" >"$OUT/check.log" 2>&1 &&
+  grep -q "RBD image $CEPH_POOL/$IMG" "$OUT/check.log"; then
+  ok "--check-config reaches the cluster and opens the image"
+else nok "--check-config reaches the cluster and opens the image" "$OUT/check.log"; fi
+if ! ns "$T" --check-config --no-rdma --allow 127.0.0.1 --ceph-conf "$CEPH_CONF" \
+  --ceph-client "$CEPH_CLIENT" --ceph-keyring "$CEPH_KEYRING" \
+  --export "x=rbd:$CEPH_POOL/nolock" >"$OUT/check-nolock.log" 2>&1 &&
+  grep -q "exclusive-lock" "$OUT/check-nolock.log"; then
+  ok "an image without the exclusive-lock feature is refused read-write, with the fix named"
+else nok "an image without the exclusive-lock feature is refused read-write" "$OUT/check-nolock.log"; fi
+tstart a 7801 --export "$IMG=rbd:$CEPH_POOL/$IMG" --insecure "$IMG"
+if tready a && grep -q "RBD image $CEPH_POOL/$IMG as client.rdmadisk, exclusive lock held" "$OUT/a.log"; then
+  ok "the target serves the image read-write, holding its exclusive lock"
+else nok "the target serves the image" "$OUT/a.log"; exit 1; fi
+if client --target 127.0.0.1:7801 --count 1500 --queue-depth 8 --seed 11 --negative >"$OUT/w1.log" 2>&1; then
+  ok "verified workload, with the negative checks: $(grep RESULT "$OUT/w1.log" | tail -n1)"
+else nok "verified workload over TCP on an RBD export" "$OUT/w1.log" "$OUT/a.log"; fi
+
+echo "# 2: SIGKILL and restart"
+before=$(digest)
+kill -9 "$(cat "$OUT/a.tpid")"; wait "$(cat "$OUT/a.tpid")" 2>/dev/null
+s=$SECONDS
+tstart a2 7801 --export "$IMG=rbd:$CEPH_POOL/$IMG" --insecure "$IMG" --lock-wait-s 90
+if tready a2; then
+  ok "a target started after the SIGKILL takes the dead owner's lock ($((SECONDS - s)) s)"
+else nok "a target started after the SIGKILL takes the lock" "$OUT/a2.log"; fi
+after=$(digest)
+if [ -n "$before" ] && [ "$before" = "$after" ]; then
+  ok "the image is unchanged by the crash and the restart (sha256 $after)"
+else nok "the image is unchanged by the crash and the restart ($before -> $after)"; fi
+if client --target 127.0.0.1:7801 --count 400 --queue-depth 8 --seed 12 >"$OUT/w2.log" 2>&1; then
+  ok "the restarted target serves the verified workload"
+else nok "the restarted target serves the verified workload" "$OUT/w2.log" "$OUT/a2.log"; fi
+
+echo "# 3: one writer per image"
+tstart b 7802 --export "$IMG=rbd:$CEPH_POOL/$IMG" --insecure "$IMG" --lock-wait-s 0
+bp=$(cat "$OUT/b.tpid")
+for ((i = 0; i < 240; i++)); do kill -0 "$bp" 2>/dev/null || break; sleep 0.5; done
+if ! kill -0 "$bp" 2>/dev/null && ! wait "$bp" && grep -q "another client serves this image" "$OUT/b.log"; then
+  ok "a second read-write target is refused while the first holds the lock"
+else kill -9 "$bp" 2>/dev/null; nok "a second read-write target is refused" "$OUT/b.log"; fi
+tstart ro 7803 --export-ro "$IMG=rbd:$CEPH_POOL/$IMG" --insecure "$IMG"
+if tready ro && client --target 127.0.0.1:7803 --count 200 --read-pct 100 --flush-every 0 \
+  --discard-every 0 --write-zeroes-every 0 --fua-every 0 >"$OUT/ro.log" 2>&1; then
+  ok "a read-only target shares the image and serves reads"
+else nok "a read-only target shares the image" "$OUT/ro.log" "$OUT/ro.log"; fi
+kill "$(cat "$OUT/ro.tpid")" 2>/dev/null
+
+echo "# 4: takeover from a frozen owner"
+ap=$(cat "$OUT/a2.tpid")
+# A client whose writes go on until the owner freezes, and queue there.
+client --target 127.0.0.1:7801 --count 100000 --queue-depth 4 --read-pct 0 --seed 13 --timeout-secs 600 \
+  >"$OUT/late.log" 2>&1 &
+lp=$!
+sleep 3
+kill -STOP "$ap"
+sleep 1
+s=$SECONDS
+tstart c 7804 --export "$IMG=rbd:$CEPH_POOL/$IMG" --insecure "$IMG" --break-lock "$IMG" --lock-wait-s 0
+if tready c && grep -q "breaking" "$OUT/c.log"; then
+  ok "a new target breaks the frozen owner's lock and serves ($((SECONDS - s)) s)"
+else nok "a new target breaks the frozen owner's lock" "$OUT/c.log"; fi
+if ns timeout 60 ceph -c "$CEPH_CONF" osd blocklist ls 2>/dev/null | grep -q .; then
+  ok "Ceph blocklisted the old owner"
+else nok "Ceph blocklisted the old owner"; fi
+client --target 127.0.0.1:7804 --count 300 --queue-depth 8 --seed 14 >"$OUT/w3.log" 2>&1 ||
+  nok "the new owner serves the verified workload" "$OUT/w3.log" "$OUT/c.log"
+taken=$(digest)
+kill -CONT "$ap"
+# The thawed owner reads the queued writes and tries them: every one must be refused.
+for ((i = 0; i < 60; i++)); do kill -0 "$lp" 2>/dev/null || break; sleep 1; done
+kill -9 "$lp" 2>/dev/null
+late=$(grep -c "failed" "$OUT/a2.log")
+now=$(digest)
+if [ "$late" -gt 0 ] && [ -n "$taken" ] && [ "$taken" = "$now" ]; then
+  ok "the thawed owner's late writes are refused ($late failed in its log) and the image is unchanged"
+else nok "the thawed owner's late writes are refused (failed: $late; image $taken -> $now)" "$OUT/a2.log" "$OUT/late.log"; fi
+exit $((fail > 0))
