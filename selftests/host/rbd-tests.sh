@@ -87,6 +87,31 @@ if client --target 127.0.0.1:7801 --count 1500 --queue-depth 8 --seed 11 --negat
   ok "verified workload, with the negative checks: $(grep RESULT "$OUT/w1.log" | tail -n1)"
 else nok "verified workload over TCP on an RBD export" "$OUT/w1.log" "$OUT/a.log"; fi
 
+echo "# bad input: each refused at start and by --check-config, with a clear error, no crash"
+# bad DESCRIPTION EXPECT ARGS...: the target started with ARGS exits 1 (not a signal) saying
+# EXPECT, and --check-config with ARGS exits 1 saying it too.
+bad() {
+  local desc=$1 want=$2 rc1 rc2; shift 2
+  ns timeout 120 "$T" --listen 127.0.0.1 --tcp-port 7809 --no-rdma --allow 127.0.0.1 "$@" >"$OUT/bad.log" 2>&1
+  rc1=$?
+  ns timeout 120 "$T" --check-config --no-rdma --allow 127.0.0.1 "$@" >"$OUT/bad-check.log" 2>&1
+  rc2=$?
+  if [ $rc1 = 1 ] && [ $rc2 = 1 ] && grep -q "$want" "$OUT/bad.log" && grep -q "$want" "$OUT/bad-check.log"; then
+    ok "$desc: $(grep -m1 "$want" "$OUT/bad.log" | cut -c1-150)"
+  else nok "$desc (start: exit $rc1, --check-config: exit $rc2, want \"$want\")" "$OUT/bad.log" "$OUT/bad-check.log"; fi
+}
+cargs=(--ceph-conf "$CEPH_CONF" --ceph-client "$CEPH_CLIENT" --ceph-keyring "$CEPH_KEYRING")
+bad "a missing pool" "cannot open pool nopool: No such file or directory" "${cargs[@]}" --export "x=rbd:nopool/$IMG"
+bad "a missing image" "cannot open image none: No such file or directory" "${cargs[@]}" --export "x=rbd:$CEPH_POOL/none"
+sed 's/key = .*/key = AQBbc1ZhAAAAABAAn2xV3Zk0oZ2uj6QwN7ZUjQ==/' "$CEPH_KEYRING" >"$OUT/wrong.keyring"
+bad "a wrong keyring" "cannot connect to the cluster as client.rdmadisk" --ceph-conf "$CEPH_CONF" \
+  --ceph-client "$CEPH_CLIENT" --ceph-keyring "$OUT/wrong.keyring" --export "x=rbd:$CEPH_POOL/$IMG"
+# Monitors that do not answer: nothing listens on port 1 (the conf may shorten the target's 30 s).
+sed 's/^mon host = .*/mon host = 127.0.0.1:1/' "$CEPH_CONF" >"$OUT/nomon.conf"
+printf '[client]\nclient mount timeout = 5\n' >>"$OUT/nomon.conf"
+bad "monitors that cannot be reached" "cannot connect to the cluster as client.rdmadisk" --ceph-conf "$OUT/nomon.conf" \
+  --ceph-client "$CEPH_CLIENT" --ceph-keyring "$CEPH_KEYRING" --export "x=rbd:$CEPH_POOL/$IMG"
+
 echo "# 2: SIGKILL and restart"
 before=$(digest)
 kill -9 "$(cat "$OUT/a.tpid")"; wait "$(cat "$OUT/a.tpid")" 2>/dev/null

@@ -106,7 +106,9 @@ pub struct Connect<'a> {
     pub client: Option<&'a str>,
     /// The client's keyring; `None`: what the conf names.
     pub keyring: Option<&'a Path>,
-    /// More configuration, set after the conf is read (`rbd_cache`, timeouts).
+    /// Defaults of the caller's, for settings the conf does not make.
+    pub defaults: &'a [(&'a str, &'a str)],
+    /// Configuration set after the conf is read: what the conf may not change.
     pub options: &'a [(&'a str, &'a str)],
 }
 
@@ -134,6 +136,35 @@ impl Cluster {
         })?;
         // From here on, dropping it shuts the handle down.
         let h = ClusterHandle(h);
+        let set = |k: &str, v: &[u8]| -> Result<()> {
+            let ck = cstring("a configuration key", k.as_bytes())?;
+            let cv = cstring("a configuration value", v)?;
+            // SAFETY: a live handle not yet connected; both strings NUL-terminated, copied.
+            check(|| format!("cannot set {k}"), unsafe {
+                sys::rados_conf_set(h.0, ck.as_ptr(), cv.as_ptr())
+            })?;
+            Ok(())
+        };
+        let get = |k: &str| -> Result<String> {
+            let ck = cstring("a configuration key", k.as_bytes())?;
+            let mut buf = [0 as c_char; 256];
+            // SAFETY: a live handle; librados writes a NUL-terminated value of at most
+            // `buf.len()` bytes into `buf` (or fails, ENAMETOOLONG).
+            check(|| format!("cannot get {k}"), unsafe {
+                sys::rados_conf_get(h.0, ck.as_ptr(), buf.as_mut_ptr(), buf.len())
+            })?;
+            // SAFETY: on success `buf` holds a NUL-terminated string.
+            Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned())
+        };
+        // What the library says before the conf is read: a default the conf leaves alone is
+        // replaced by the caller's (values set here would outrank the conf's).
+        let before: Vec<String> = c
+            .defaults
+            .iter()
+            .map(|&(k, _)| get(k))
+            .collect::<Result<_>>()?;
         let conf = match c.conf {
             Some(p) => Some(cstring("the conf path", p.as_os_str().as_bytes())?),
             None => None,
@@ -148,22 +179,16 @@ impl Cluster {
             },
             unsafe { sys::rados_conf_read_file(h.0, conf_ptr) },
         )?;
-        let keyring;
-        let mut opts: Vec<(&str, &[u8])> = Vec::new();
+        for (&(k, v), was) in c.defaults.iter().zip(&before) {
+            if get(k)? == *was {
+                set(k, v.as_bytes())?;
+            }
+        }
         if let Some(k) = c.keyring {
-            keyring = k.as_os_str().as_bytes();
-            opts.push(("keyring", keyring));
+            set("keyring", k.as_os_str().as_bytes())?;
         }
         for &(k, v) in c.options {
-            opts.push((k, v.as_bytes()));
-        }
-        for (k, v) in opts {
-            let ck = cstring("a configuration key", k.as_bytes())?;
-            let cv = cstring("a configuration value", v)?;
-            // SAFETY: a live handle not yet connected; both strings NUL-terminated, copied.
-            check(|| format!("cannot set {k}"), unsafe {
-                sys::rados_conf_set(h.0, ck.as_ptr(), cv.as_ptr())
-            })?;
+            set(k, v.as_bytes())?;
         }
         // SAFETY: a live, configured handle.
         check(

@@ -45,12 +45,16 @@ pub struct RbdBacking {
     geometry: Geometry,
 }
 
-/// What the target sets on its librados client, after the conf.
+/// The target's defaults for its librados client, which the conf may change.
+const DEFAULTS: &[(&str, &str)] = &[
+    // Reaching the monitors at start: fail in 30 s, not librados's 5 minutes.
+    ("client_mount_timeout", "30"),
+];
+
+/// What the target sets on its librados client whatever the conf says.
 const OPTIONS: &[(&str, &str)] = &[
     // A completed write is durable (see the module's comment).
     ("rbd_cache", "false"),
-    // Reaching the monitors at start: fail in 30 s, not librados's 5 minutes.
-    ("client_mount_timeout", "30"),
     // A discard reads back as zeroes (the wire's promise), partial objects included: librbd
     // would otherwise skip the parts of a discard that do not cover whole 64 KiB pieces.
     ("rbd_skip_partial_discard", "false"),
@@ -61,6 +65,7 @@ fn connect(spec: &RbdSpec) -> io::Result<Cluster> {
         conf: spec.conf.as_deref(),
         client: spec.client.as_deref(),
         keyring: spec.keyring.as_deref(),
+        defaults: DEFAULTS,
         options: OPTIONS,
     })?)
 }
