@@ -52,6 +52,14 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Ceph's EBLOCKLISTED is ESHUTDOWN, whose text says nothing about Ceph.
+        if self.errno == libc::ESHUTDOWN {
+            return write!(
+                f,
+                "{}: this client is blocklisted by the cluster",
+                self.what
+            );
+        }
         write!(
             f,
             "{}: {}",
@@ -261,7 +269,8 @@ impl Drop for PoolHandle {
 pub struct Pool(Arc<PoolHandle>);
 
 /// Receives an asynchronous operation's result: the caller's tag and the result: `-errno`, or
-/// on success the length of a read or write and 0 for the others. Called on one of librbd's threads, once per started operation: it
+/// on success the bytes read (fewer than asked where the image ends), the length of a write,
+/// and 0 for the others. Called on one of librbd's threads, once per started operation: it
 /// must be quick and must not call back into the image.
 pub trait Complete: Send + Sync {
     fn complete(&self, tag: u64, result: i64);
@@ -271,9 +280,10 @@ pub trait Complete: Send + Sync {
 struct Pending {
     to: Arc<dyn Complete>,
     tag: u64,
-    /// What a success reports: the length of a read or write (librbd's own value for those is
-    /// not the same in every release), 0 for the others.
-    ok: i64,
+    /// What a success reports, when not librbd's own value: the length of a write (librbd's
+    /// value for those is not the same in every release), 0 for the others. `None` for a
+    /// read, whose value is the bytes read: fewer than asked where the image ends.
+    ok: Option<i64>,
 }
 
 unsafe extern "C" fn on_complete(c: sys::rbd_completion_t, arg: *mut c_void) {
@@ -284,7 +294,14 @@ unsafe extern "C" fn on_complete(c: sys::rbd_completion_t, arg: *mut c_void) {
     let r = unsafe { sys::rbd_aio_get_return_value(c) };
     // SAFETY: released once, after its value was read; nothing else holds it.
     unsafe { sys::rbd_aio_release(c) };
-    p.to.complete(p.tag, if r < 0 { r as i64 } else { p.ok });
+    p.to.complete(
+        p.tag,
+        if r < 0 {
+            r as i64
+        } else {
+            p.ok.unwrap_or(r as i64)
+        },
+    );
 }
 
 /// An open image.
@@ -365,6 +382,38 @@ impl Image {
         Ok(f)
     }
 
+    /// The value of configuration option `name` as this image applies it: the client's, or
+    /// the pool's or the image's own (`rbd config pool|image set`), which override it.
+    pub fn config(&self, name: &str) -> Result<Option<String>> {
+        let mut max: c_int = 64;
+        loop {
+            let mut v: Vec<sys::rbd_config_option_t> = Vec::with_capacity(max as usize);
+            let mut n = max;
+            // SAFETY: an open image; `v` has room for `n` entries, which librbd fills (with
+            // strings it allocates) and counts in `n`.
+            let r = unsafe { sys::rbd_config_image_list(self.h, v.as_mut_ptr(), &mut n) };
+            if r == -libc::ERANGE && n > max {
+                max = n;
+                continue;
+            }
+            check(
+                || format!("cannot list the configuration of {}", self.name),
+                r,
+            )?;
+            let n = n.clamp(0, max);
+            // SAFETY: librbd initialised the first `n` entries.
+            unsafe { v.set_len(n as usize) };
+            let found = v.iter().find_map(|o| {
+                // SAFETY: each entry's name and value are NUL-terminated strings from librbd.
+                let (k, val) = unsafe { (CStr::from_ptr(o.name), CStr::from_ptr(o.value)) };
+                (k.to_bytes() == name.as_bytes()).then(|| val.to_string_lossy().into_owned())
+            });
+            // SAFETY: frees the `n` entries' strings, once; the Vec then drops plain data.
+            unsafe { sys::rbd_config_image_list_cleanup(v.as_mut_ptr(), n) };
+            return Ok(found);
+        }
+    }
+
     /// Makes every completed write durable (blocking).
     pub fn flush(&self) -> Result<()> {
         // SAFETY: an open image.
@@ -441,13 +490,13 @@ impl Image {
         what: &str,
         to: &Arc<dyn Complete>,
         tag: u64,
-        ok: usize,
+        ok: Option<usize>,
         start: impl FnOnce(sys::rbd_completion_t) -> c_int,
     ) -> Result<()> {
         let p = Box::into_raw(Box::new(Pending {
             to: to.clone(),
             tag,
-            ok: ok as i64,
+            ok: ok.map(|n| n as i64),
         }));
         let mut c: sys::rbd_completion_t = ptr::null_mut();
         // SAFETY: `p` stays allocated until the callback takes it back (or until it is taken
@@ -460,12 +509,11 @@ impl Image {
         }
         let r = start(c);
         if r < 0 {
-            // SAFETY: the operation did not start, so its completion never fires: both are
-            // ours to free, once.
-            unsafe {
-                sys::rbd_aio_release(c);
-                drop(Box::from_raw(p));
-            }
+            // librbd (16.2) reports every error of these calls through the completion and
+            // returns 0; should one ever return an error after taking the completion, its
+            // callback could still come. `c` and `p` are therefore left to it, not freed here:
+            // a leak at worst, never a double free. The caller must not count the operation
+            // as in flight.
             return Err(Error::new(format!("{what} on {}", self.name), -r));
         }
         Ok(())
@@ -487,7 +535,7 @@ impl Image {
     ) -> Result<()> {
         // SAFETY: an open image; `buf` is valid as the caller promises; `c` is a fresh
         // completion.
-        self.aio("read", to, tag, len, |c| unsafe {
+        self.aio("read", to, tag, None, |c| unsafe {
             sys::rbd_aio_read(self.h, off, len, buf.cast(), c)
         })
     }
@@ -507,7 +555,7 @@ impl Image {
         tag: u64,
     ) -> Result<()> {
         // SAFETY: as for aio_read, with `buf` only read.
-        self.aio("write", to, tag, len, |c| unsafe {
+        self.aio("write", to, tag, Some(len), |c| unsafe {
             sys::rbd_aio_write(self.h, off, len, buf.cast(), c)
         })
     }
@@ -515,7 +563,7 @@ impl Image {
     /// Makes every write completed so far durable.
     pub fn aio_flush(&self, to: &Arc<dyn Complete>, tag: u64) -> Result<()> {
         // SAFETY: an open image and a fresh completion.
-        self.aio("flush", to, tag, 0, |c| unsafe {
+        self.aio("flush", to, tag, Some(0), |c| unsafe {
             sys::rbd_aio_flush(self.h, c)
         })
     }
@@ -523,7 +571,7 @@ impl Image {
     /// Deallocates `len` bytes at `off`; they read back as zeroes.
     pub fn aio_discard(&self, off: u64, len: u64, to: &Arc<dyn Complete>, tag: u64) -> Result<()> {
         // SAFETY: an open image and a fresh completion.
-        self.aio("discard", to, tag, 0, |c| unsafe {
+        self.aio("discard", to, tag, Some(0), |c| unsafe {
             sys::rbd_aio_discard(self.h, off, len, c)
         })
     }
@@ -537,7 +585,7 @@ impl Image {
         tag: u64,
     ) -> Result<()> {
         // SAFETY: an open image and a fresh completion; no zero or op flags.
-        self.aio("write-zeroes", to, tag, 0, |c| unsafe {
+        self.aio("write-zeroes", to, tag, Some(0), |c| unsafe {
             sys::rbd_aio_write_zeroes(self.h, off, len as usize, c, 0, 0)
         })
     }

@@ -58,6 +58,11 @@ const OPTIONS: &[(&str, &str)] = &[
     // A discard reads back as zeroes (the wire's promise), partial objects included: librbd
     // would otherwise skip the parts of a discard that do not cover whole 64 KiB pieces.
     ("rbd_skip_partial_discard", "false"),
+    // Breaking a lock blocklists its owner first (the fence the design rests on).
+    ("rbd_blocklist_on_break_lock", "true"),
+    // An operation is never given up on while it may still land: the session fences hold
+    // a write's ticket until its completion, and a timed-out write could land after it.
+    ("rados_osd_op_timeout", "0"),
 ];
 
 fn connect(spec: &RbdSpec) -> io::Result<Cluster> {
@@ -86,6 +91,7 @@ impl RbdBacking {
         let cluster = connect(spec)?;
         let pool = cluster.pool(&spec.pool)?;
         let image = Image::open(&pool, &spec.image, read_only)?;
+        check_config(&image, spec)?;
         if !read_only {
             lock(&image, spec, &cluster)?;
         }
@@ -106,6 +112,7 @@ impl RbdBacking {
         // Read-write opens take no lock until a write (none here); only they can list the
         // lock's owners.
         let image = Image::open(&pool, &spec.image, read_only)?;
+        check_config(&image, spec)?;
         let size = image.size()?;
         let mut notes = Vec::new();
         if !read_only && image.features()? & FEATURE_EXCLUSIVE_LOCK == 0 {
@@ -142,6 +149,27 @@ impl RbdBacking {
     }
 }
 
+/// The pool's or the image's own configuration (`rbd config pool|image set`) overrides the
+/// client's: refuses an image where it undoes what `OPTIONS` promise.
+fn check_config(image: &Image, spec: &RbdSpec) -> io::Result<()> {
+    for &(k, want) in OPTIONS.iter().filter(|(k, _)| k.starts_with("rbd_")) {
+        match image.config(k)? {
+            Some(v) if v != want => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "image {}/{} has {k} = {v} in its pool's or its own configuration; \
+                         the target needs {want} (rbd config image set {}/{} {k} {want})",
+                        spec.pool, spec.image, spec.pool, spec.image
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn no_lock_feature(spec: &RbdSpec) -> io::Error {
     io::Error::new(
         io::ErrorKind::Unsupported,
@@ -167,7 +195,12 @@ fn lock(image: &Image, spec: &RbdSpec, cluster: &Cluster) -> io::Result<()> {
             log::warn!(
                 "RBD image {name}: breaking {o}'s exclusive lock (break_lock); Ceph blocklists it"
             );
-            image.break_lock(&o)?;
+            match image.break_lock(&o) {
+                // Released, or taken by another, since it was listed: the acquire below
+                // sees which.
+                Err(e) if matches!(e.errno, libc::ENOENT | libc::EBUSY) => {}
+                r => r?,
+            }
         }
     }
     let end = Instant::now() + spec.lock_wait;
@@ -175,7 +208,9 @@ fn lock(image: &Image, spec: &RbdSpec, cluster: &Cluster) -> io::Result<()> {
     loop {
         let err = match image.lock_exclusive() {
             Ok(()) => break,
-            Err(e) => e,
+            // Held by a live owner (EROFS, EBUSY) or in transition (EAGAIN): worth waiting.
+            Err(e) if matches!(e.errno, libc::EROFS | libc::EBUSY | libc::EAGAIN) => e,
+            Err(e) => return Err(e.into()),
         };
         let owners = image.lock_owners().unwrap_or_default();
         let who = if owners.is_empty() {
@@ -238,6 +273,22 @@ impl Backing for RbdBacking {
     ) -> io::Result<()> {
         let to: Arc<dyn Complete> = ring.mailbox()?;
         let img = &self.image;
+        // A target that lost the image (another broke its lock: Ceph blocklisted it) writes
+        // nothing more, whatever librbd would still try.
+        if matches!(
+            op,
+            IoOp::Write { .. } | IoOp::PunchHole { .. } | IoOp::ZeroRange { .. }
+        ) && !img.read_only()
+            && !img.is_lock_owner()?
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "RBD image {}/{}: this target no longer holds its exclusive lock",
+                    self.spec.pool, self.spec.image
+                ),
+            ));
+        }
         match op {
             // SAFETY: forwarded to the caller (`Backing::start`): `buf` stays valid and
             // untouched until the completion, which the mailbox delivers to the ring.

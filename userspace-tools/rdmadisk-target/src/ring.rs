@@ -524,6 +524,10 @@ impl Ring {
         }
         if let Some(m) = &self.mail {
             let n = m.take(out);
+            debug_assert!(
+                n <= self.inflight,
+                "mailbox completions not counted in flight"
+            );
             self.inflight = self.inflight.saturating_sub(n);
         }
         Ok(())
