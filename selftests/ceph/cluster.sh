@@ -9,6 +9,9 @@
 # Everything runs in a network namespace of its own (CEPH_NETNS, made here, with only its
 # loopback up), and the daemons listen on 127.0.0.1 there: nothing listens on any address of
 # the host. Whoever talks to the cluster runs in that namespace too (`ip netns exec`).
+# CEPH_NETNS=none runs them on the loopback of the system itself instead: the test bed's
+# storage VM does, where the target that serves the cluster's images must also reach the
+# compute VM.
 # No manager: the monitor serves every command the tests use (pools, keys, RBD images and
 # the OSD blocklist); without one `ceph -s` says HEALTH_WARN, which changes nothing here.
 set -uo pipefail
@@ -26,7 +29,7 @@ stop() {
     [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
   done
   ns=$(cat "$dir/netns" 2>/dev/null)
-  [ -n "$ns" ] && ip netns del "$ns" 2>/dev/null
+  [ -n "$ns" ] && [ "$ns" != none ] && ip netns del "$ns" 2>/dev/null
   return 0
 }
 
@@ -40,8 +43,12 @@ rm -rf "$dir" && mkdir -p "$dir/run" "$dir/log" "$dir/mon.a" "$dir/osd.0" || exi
 dir=$(cd "$dir" && pwd)
 ns=${CEPH_NETNS:-rdmadisk-ceph-$$}
 echo "$ns" >"$dir/netns"
-ip netns add "$ns" && ip -n "$ns" link set lo up || { echo "ceph: cannot make network namespace $ns" >&2; exit 1; }
-in_ns() { ip netns exec "$ns" "$@"; }
+if [ "$ns" = none ]; then
+  in_ns() { "$@"; }
+else
+  ip netns add "$ns" && ip -n "$ns" link set lo up || { echo "ceph: cannot make network namespace $ns" >&2; exit 1; }
+  in_ns() { ip netns exec "$ns" "$@"; }
+fi
 fsid=$(cat /proc/sys/kernel/random/uuid)
 conf=$dir/ceph.conf
 cat >"$conf" <<CONF

@@ -1,0 +1,90 @@
+# /dev/rdmadiskN over RDMA on a Ceph RBD export. The storage VM runs a throwaway Ceph cluster
+# on its own loopback (selftests/ceph/cluster.sh: one monitor, one memstore OSD, cephx), and
+# the target serves an RBD image of it. On the compute VM: fio writes and verifies the disk; the
+# target restarts (SIGTERM, start again: it takes the image's lock again) under fio verify; the
+# compute VM's RDMA device is deleted and added back under fio verify (the disk goes on over
+# TCP and comes back); then ext4 with a checksum manifest, read back after an unmap and a
+# fresh map. No step may see an I/O error.
+
+# shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
+source "$TB_REPO/selftests/tests/lib/disk.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/transport.sh
+source "$TB_REPO/selftests/tests/lib/transport.sh"
+if ! dk_build; then return 0 2>/dev/null || exit 0; fi
+MNT=/mnt/rdmadisk89
+SUMS=$TB_DIR/$DK_ID.sha256
+DK_MOUNTS=$MNT
+CL=/tmp/rdmadisk-ceph89
+
+cleanup89() {
+  dk_cleanup
+  on storage "$TB_REPO/selftests/ceph/cluster.sh stop $CL" >/dev/null 2>&1
+}
+
+s0=$SECONDS
+env=$(on storage "CEPH_NETNS=none $TB_REPO/selftests/ceph/cluster.sh start $CL 2>$CL.err || { cat $CL.err; exit 1; }
+rbd -c $CL/ceph.conf create --size 64M --image-feature layering,exclusive-lock rbd/vol89 && echo IMAGE=ok")
+rc=$?
+printf '%s\n' "$env" | grep -v '^CEPH_' | indent
+grep -q IMAGE=ok <<<"$env"
+if ! res $? "a Ceph cluster on the storage VM's loopback ($((SECONDS - s0)) s) and a 64 MiB image rbd/vol89"; then
+  cleanup89; return 0 2>/dev/null || exit 0
+fi
+CEPH_ARGS="--ceph-conf $(kv CEPH_CONF "$env") --ceph-client $(kv CEPH_CLIENT "$env") --ceph-keyring $(kv CEPH_KEYRING "$env")"
+TARGS="--export vol89=rbd:rbd/vol89 $CEPH_ARGS"
+
+# shellcheck disable=SC2086 # TARGS: words
+dk_target_start $TARGS >/dev/null && dk_load && dk_map_disk d89 vol89
+if ! res $? "target serving rbd:rbd/vol89; map name=d89: /dev/${DK_DEV:-?} is live"; then
+  on storage "cat $DK_TLOG" | tail -n 5 | indent
+  cleanup89; return 0 2>/dev/null || exit 0
+fi
+dev=$DK_DEV
+echo "  transport: $(tr_get "$dev" active_transport)"
+
+dk_fio w "--name=w --filename=/dev/$dev --ioengine=libaio --direct=1 --size=16M --bs=4k --iodepth=8 --verify=crc32c --rw=randwrite --do_verify=1 --verify_fatal=1"
+res $? "fio: 16 MiB of random 4 KiB writes, then read back and verified ($FIO_SUM)"
+
+# Under verifying fio rounds: the target restarts. The old one releases the image's lock at
+# its clean exit; the new one takes it, and the disk reconnects.
+tr_rounds_start r1 "$(tr_fio_args r1)"
+on compute "sleep 5"
+s=$SECONDS
+# shellcheck disable=SC2086 # TARGS: words
+dk_target_stop >/dev/null; dk_target_start $TARGS >/dev/null
+started=$?
+took=$((SECONDS - s))
+on compute "sleep 5"
+tr_rounds_stop r1 180
+rc=$?
+[ $started = 0 ] && [ $rc = 0 ]
+res $? "target restarted under fio verify (serving again in $took s): no I/O error ($FIO_SUM)"
+
+# Under verifying fio rounds: the compute VM's RDMA device goes away and comes back.
+nic=$(tr_nic)
+tr_rounds_start r2 "$(tr_fio_args r2)"
+on compute "sleep 5; rdma link delete $TR_RXE" >/dev/null
+tr_wait nic1 "$dev" 60 tcp >/dev/null
+on_tcp=$?
+on compute "sleep 5; rdma link add $TR_RXE type rxe netdev $nic" >/dev/null
+tr_wait nic2 "$dev" 120 rdma >/dev/null
+back=$?
+tr_rounds_stop r2 180
+rc=$?
+[ $on_tcp = 0 ] && [ $back = 0 ] && [ $rc = 0 ]
+res $? "RDMA device deleted and added back under fio verify: TCP, then RDMA again, no I/O error ($FIO_SUM)"
+tr_rxe_restore >/dev/null 2>&1
+
+out=$(on compute "set -e; mkfs.ext4 -q -F /dev/$dev && mkdir -p $MNT && mount /dev/$dev $MNT && cd $MNT
+head -c 3145731 /dev/urandom >a.bin; mkdir d; for i in \$(seq 10); do head -c \$((i * 5000 + 3)) /dev/urandom >d/f\$i; done
+sync; find . -type f | sort | xargs sha256sum >$SUMS; cd /; umount $MNT" 2>&1)
+rc=$?
+printf '%s\n' "$out" | tail -n 3 | indent
+[ $rc = 0 ] && n_eq "$(grep -c . "$SUMS" 2>/dev/null)" 11
+res $? "ext4 on the RBD-backed disk: 11 files written, their sha256sums kept, unmounted"
+
+dk_unmap "$dev" normal >/dev/null && dk_gone "$dev" 10 && dk_map_disk d89 vol89 &&
+  on compute "mount /dev/$DK_DEV $MNT && cd $MNT && sha256sum -c --quiet $SUMS && cd / && umount $MNT"
+res $? "unmap, map again (/dev/${DK_DEV:-?}), mount: every checksum matches"
+
+cleanup89
