@@ -57,6 +57,9 @@ fsid = $fsid
 mon host = [v2:127.0.0.1:3300,v1:127.0.0.1:6789]
 mon initial members = a
 public addr = 127.0.0.1
+# The OSD's cluster and heartbeat sockets too: they would otherwise listen on every address.
+cluster addr = 127.0.0.1
+osd heartbeat addr = 127.0.0.1
 ms bind ipv4 = true
 ms bind ipv6 = false
 auth cluster required = cephx

@@ -37,6 +37,11 @@ env=$(CEPH_NETNS=rdmadisk-rbd-$$ "$REPO/selftests/ceph/cluster.sh" start "$CL" 2
 eval "$env"
 ok "a Ceph cluster starts (monitor, OSD, pool $CEPH_POOL, cephx key for $CEPH_CLIENT)"
 ns() { ip netns exec "$CEPH_NETNS" "$@"; }
+# Its daemons' sockets: TCP listeners and UDP, none but on the loopback.
+socks=$(ns ss -ltunpH | grep ceph-)
+if [ -n "$socks" ] && ! awk '{ print $5 }' <<<"$socks" | grep -qv '^127\.0\.0\.1:'; then
+  ok "Ceph's daemons listen on 127.0.0.1 only ($(wc -l <<<"$socks") sockets)"
+else nok "Ceph's daemons listen on 127.0.0.1 only: $(awk '{ print $5 }' <<<"$socks" | tr '\n' ' ')"; fi
 rbd_() { ns timeout 120 rbd -c "$CEPH_CONF" "$@"; }
 IMG=disk
 rbd_ create --size 64M --image-feature layering,exclusive-lock "$CEPH_POOL/$IMG" &&

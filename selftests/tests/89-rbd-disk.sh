@@ -30,6 +30,9 @@ grep -q IMAGE=ok <<<"$env"
 if ! res $? "a Ceph cluster on the storage VM's loopback ($((SECONDS - s0)) s) and a 64 MiB image rbd/vol89"; then
   cleanup89; return 0 2>/dev/null || exit 0
 fi
+socks=$(on storage "ss -ltunpH | grep ceph- | awk '{ print \$5 }'")
+[ -n "$socks" ] && ! grep -qv '^127\.0\.0\.1:' <<<"$socks"
+res $? "Ceph's daemons listen on the storage VM's loopback only ($(grep -c . <<<"$socks") sockets)"
 CEPH_ARGS="--ceph-conf $(kv CEPH_CONF "$env") --ceph-client $(kv CEPH_CLIENT "$env") --ceph-keyring $(kv CEPH_KEYRING "$env")"
 TARGS="--export vol89=rbd:rbd/vol89 $CEPH_ARGS"
 
