@@ -14,7 +14,8 @@
 //! is refused while the first holds it. When the owner is dead or frozen, Ceph drops its watch
 //! on the image after `osd_client_watch_timeout`, and librbd then breaks its lock as it
 //! acquires; `break_lock` breaks it at once. Either way Ceph blocklists the old owner first, so
-//! none of its writes can land afterwards. docs/design.md ("RBD exports") says how this fits the session fences.
+//! none of its writes can land afterwards. docs/design.md ("RBD exports") says how this fits
+//! the session fences.
 
 use std::io;
 use std::sync::Arc;
