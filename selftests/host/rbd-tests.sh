@@ -10,7 +10,8 @@
 #      read-only one may share the image;
 #   4. takeover: the owner frozen (SIGSTOP) with a client's writes queued, a new target breaks
 #      its lock (break_lock) and serves; the old one, thawed, has its late writes refused
-#      (Ceph blocklisted it) and the image does not change.
+#      (Ceph blocklisted it) and the image does not change;
+#   5. the OSD frozen under load: the requests stall, then complete, and every read verifies.
 # TAP output, then "N passed, N failed". Needs root (network namespaces) and Ceph's packages.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -160,7 +161,8 @@ sleep 3
 kill -STOP "$ap"
 sleep 1
 s=$SECONDS
-tstart c 7804 --export "$IMG=rbd:$CEPH_POOL/$IMG" --insecure "$IMG" --break-lock "$IMG" --lock-wait-s 0
+tstart c 7804 --export "$IMG=rbd:$CEPH_POOL/$IMG" --insecure "$IMG" --break-lock "$IMG" --lock-wait-s 0 \
+  --stats-file "$OUT/c.stats"
 if tready c && grep -q "breaking" "$OUT/c.log"; then
   ok "a new target breaks the frozen owner's lock and serves ($((SECONDS - s)) s)"
 else nok "a new target breaks the frozen owner's lock" "$OUT/c.log"; fi
@@ -179,4 +181,22 @@ now=$(digest)
 if [ "$late" -gt 0 ] && [ -n "$taken" ] && [ "$taken" = "$now" ]; then
   ok "the thawed owner's late writes are refused ($late refused in its log) and the image is unchanged"
 else nok "the thawed owner's late writes are refused (failed: $late; image $taken -> $now)" "$OUT/a2.log" "$OUT/late.log"; fi
+echo "# 5: the OSD frozen under load: requests stall, then complete, with the data verified"
+served() { sed -n 's/^served=//p' "$OUT/c.stats" 2>/dev/null; }
+client --target 127.0.0.1:7804 --count 20000 --queue-depth 8 --seed 15 --timeout-secs 120 >"$OUT/osd.log" 2>&1 &
+cp=$!
+sleep 1
+op=$(cat "$CL/run/osd.0.pid")
+kill -STOP "$op"
+# The target rewrites its stats file every second: what it answered 2 s into the freeze and at
+# its end must be the same (nothing completes), and more after the thaw.
+sleep 2; a=$(served)
+sleep 6; b=$(served)
+kill -CONT "$op"
+wait "$cp"; rc=$?
+c=$(served)
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "${c:-0}" -gt "$b" ] && [ $rc = 0 ] &&
+  grep -q "RESULT: [0-9]* passed, 0 failed" "$OUT/osd.log"; then
+  ok "the OSD frozen 8 s under load: nothing answered meanwhile (served $a, then $b), then the workload finished verified: $(grep RESULT "$OUT/osd.log")"
+else nok "a frozen OSD stalls the workload, which then finishes verified (served $a, $b, then $c; exit $rc)" "$OUT/osd.log" "$OUT/c.log"; fi
 exit $((fail > 0))
