@@ -116,8 +116,8 @@ impl RbdBacking {
         check_config(&image, spec)?;
         let size = image.size()?;
         let mut notes = Vec::new();
-        if !read_only && image.features()? & FEATURE_EXCLUSIVE_LOCK == 0 {
-            return Err(no_lock_feature(spec));
+        if !read_only {
+            require_lock_feature(&image, spec)?;
         }
         let owners = if read_only {
             Vec::new()
@@ -171,15 +171,19 @@ fn check_config(image: &Image, spec: &RbdSpec) -> io::Result<()> {
     Ok(())
 }
 
-fn no_lock_feature(spec: &RbdSpec) -> io::Error {
-    io::Error::new(
+/// A read-write export's image must have the exclusive-lock feature: it keeps it to one writer.
+fn require_lock_feature(image: &Image, spec: &RbdSpec) -> io::Result<()> {
+    if image.features()? & FEATURE_EXCLUSIVE_LOCK != 0 {
+        return Ok(());
+    }
+    Err(io::Error::new(
         io::ErrorKind::Unsupported,
         format!(
             "image {}/{} lacks the exclusive-lock feature, which keeps it to one writer: \
              rbd feature enable {}/{} exclusive-lock (or export it read-only)",
             spec.pool, spec.image, spec.pool, spec.image
         ),
-    )
+    ))
 }
 
 /// Takes the image's exclusive lock. With `break_lock`, another owner's lock is broken first.
@@ -187,9 +191,7 @@ fn no_lock_feature(spec: &RbdSpec) -> io::Error {
 /// the image after `osd_client_watch_timeout` (30 s by default), and librbd then breaks its
 /// lock as it acquires. A live owner refuses (EROFS); that is retried for `lock_wait`.
 fn lock(image: &Image, spec: &RbdSpec, cluster: &Cluster) -> io::Result<()> {
-    if image.features()? & FEATURE_EXCLUSIVE_LOCK == 0 {
-        return Err(no_lock_feature(spec));
-    }
+    require_lock_feature(image, spec)?;
     let name = format!("{}/{}", spec.pool, spec.image);
     if spec.break_lock {
         for o in image.lock_owners()? {
