@@ -48,8 +48,13 @@ pressure_round() {
     on compute "$DK_VM_DEFS
 stat_of /sys/block/$dev/rdmadisk/stats reconnects; b=\${V:-0}; n=0
 echo 1 >$F/${fault}_every
-while [ \$n -lt 300 ]; do stat_of /sys/block/$dev/rdmadisk/stats reconnects; [ \"\${V:-0}\" -gt \$b ] && break; n=\$((n + 1)); pause 0.1; done
-echo 0 >$F/${fault}_every" >/dev/null
+while [ \$n -lt 300 ]; do
+  stat_of /sys/block/$dev/rdmadisk/stats reconnects; [ \"\${V:-0}\" -gt \$b ] && break
+  # fio may be done (or between flushes): a direct read each second keeps the fault firing.
+  [ \$((n % 10)) = 0 ] && { dd if=/dev/$dev of=/dev/null bs=4k count=1 iflag=direct status=none & }
+  n=\$((n + 1)); pause 0.1
+done
+echo 0 >$F/${fault}_every; wait" >/dev/null
   done
   dk_fio_wait "$tag" 600 >/dev/null
   res $? "[$tag] 48 MiB of buffered writes under memory pressure, $fault forced twice meanwhile: $FIO_SUM"

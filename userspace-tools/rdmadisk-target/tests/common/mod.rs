@@ -195,6 +195,19 @@ impl Target {
         read_counter(&self.stats, name)
     }
 
+    /// Polls a counter (fresh copies) until it reads `want` or `within` passes; the last value.
+    /// For a gauge the target lowers after the event a client sees, such as a buffer freed
+    /// after the socket closed.
+    pub fn counter_settles(&self, name: &str, want: u64, within: Duration) -> u64 {
+        let until = Instant::now() + within;
+        loop {
+            let v = self.counter(name);
+            if v == want || Instant::now() > until {
+                return v;
+            }
+        }
+    }
+
     /// A counter from the file as last written (after [`Target::counter`]).
     pub fn counter_now(&self, name: &str) -> u64 {
         read_counter(&self.stats, name)
