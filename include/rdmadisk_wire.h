@@ -66,6 +66,7 @@
 #define RDMADISK_FEAT_WRITE_ZEROES               0x8U
 #define RDMADISK_FEAT_READ_ONLY                  0x10U
 #define RDMADISK_FEAT_AUTH                       0x20U
+#define RDMADISK_FEAT_RESIZE                     0x40U
 
 /* Hello flags (hello.flags) */
 #define RDMADISK_HELLO_READ_ONLY                 0x1U
@@ -271,6 +272,7 @@ _Static_assert(offsetof(struct rdmadisk_auth_reply, reserved) == RDMADISK_AUTH_R
 #define RDMADISK_RESPONSE_OFF_LENGTH             12
 #define RDMADISK_RESPONSE_OFF_RKEY               16
 #define RDMADISK_RESPONSE_OFF_RESERVED           20
+#define RDMADISK_RESPONSE_OFF_CAPACITY_SECTORS   24
 
 struct rdmadisk_response {
 	__le32 tag;
@@ -279,7 +281,8 @@ struct rdmadisk_response {
 	__le32 data_crc;
 	__le32 length;
 	__le32 rkey;
-	__u8 reserved[12];
+	__le32 reserved;
+	__le64 capacity_sectors;
 };
 _Static_assert(sizeof(struct rdmadisk_response) == RDMADISK_RESPONSE_LEN, "rdmadisk_response size");
 _Static_assert(offsetof(struct rdmadisk_response, tag) == RDMADISK_RESPONSE_OFF_TAG, "rdmadisk_response.tag");
@@ -289,6 +292,7 @@ _Static_assert(offsetof(struct rdmadisk_response, data_crc) == RDMADISK_RESPONSE
 _Static_assert(offsetof(struct rdmadisk_response, length) == RDMADISK_RESPONSE_OFF_LENGTH, "rdmadisk_response.length");
 _Static_assert(offsetof(struct rdmadisk_response, rkey) == RDMADISK_RESPONSE_OFF_RKEY, "rdmadisk_response.rkey");
 _Static_assert(offsetof(struct rdmadisk_response, reserved) == RDMADISK_RESPONSE_OFF_RESERVED, "rdmadisk_response.reserved");
+_Static_assert(offsetof(struct rdmadisk_response, capacity_sectors) == RDMADISK_RESPONSE_OFF_CAPACITY_SECTORS, "rdmadisk_response.capacity_sectors");
 
 #define RDMADISK_FRAME_HEADER_LEN                8
 #define RDMADISK_FRAME_HEADER_OFF_MAGIC          0

@@ -249,6 +249,7 @@ mod tests {
             data_crc: 3,
             length: 0,
             rkey: 0,
+            capacity_sectors: 8,
         };
         write_response(&mut v, &resp, &[]).unwrap();
         let mut r = &v[..];

@@ -169,6 +169,7 @@ fn main() {
         data_crc: rdmadisk_proto::crc32c::crc32c(&[0u8; 4096]),
         length: 4096,
         rkey: 0x1234,
+        capacity_sectors: 1 << 17,
     };
     write(&dir, "response", "ok", &resp.to_bytes());
     write(

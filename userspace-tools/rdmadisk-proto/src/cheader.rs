@@ -169,6 +169,7 @@ pub(crate) fn render() -> String {
         ("WRITE_ZEROES", features::WRITE_ZEROES),
         ("READ_ONLY", features::READ_ONLY),
         ("AUTH", features::AUTH),
+        ("RESIZE", features::RESIZE),
     ] {
         define(
             &mut o,
@@ -297,7 +298,6 @@ pub(crate) fn render() -> String {
             ("reserved", ar::RESERVED, &auth_reply_reserved),
         ],
     );
-    let resp_reserved = std::format!("__u8[{}]", wire::RESPONSE_LEN - rs::RESERVED);
     message(
         &mut o,
         "RESPONSE",
@@ -310,7 +310,8 @@ pub(crate) fn render() -> String {
             ("data_crc", rs::DATA_CRC, "__le32"),
             ("length", rs::LENGTH, "__le32"),
             ("rkey", rs::RKEY, "__le32"),
-            ("reserved", rs::RESERVED, &resp_reserved),
+            ("reserved", rs::RESERVED, "__le32"),
+            ("capacity_sectors", rs::CAPACITY_SECTORS, "__le64"),
         ],
     );
     message(

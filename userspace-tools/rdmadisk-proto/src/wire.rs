@@ -194,8 +194,11 @@ pub mod response_off {
     pub const LENGTH: usize = 12;
     /// `u32` rkey invalidated by the Send-with-Invalidate.
     pub const RKEY: usize = 16;
-    /// Reserved, zero, up to [`super::RESPONSE_LEN`].
+    /// `u32` reserved, zero.
     pub const RESERVED: usize = 20;
+    /// `u64` the export's capacity in sectors when the response was sent
+    /// ([`super::features::RESIZE`]); the last field.
+    pub const CAPACITY_SECTORS: usize = 24;
 }
 
 /// Field offsets of [`FrameHeader`].
@@ -228,7 +231,9 @@ const _: () = assert!(HELLO_REPLY_LEN <= 148);
 const _: () = assert!(hello_reply_off::CAPACITY_SECTORS % 8 == 0);
 const _: () = assert!(request_off::RESERVED + 8 == REQUEST_LEN);
 const _: () = assert!(request_off::SECTOR % 8 == 0 && request_off::BUF_ADDR % 8 == 0);
-const _: () = assert!(response_off::RESERVED + 12 == RESPONSE_LEN);
+const _: () = assert!(response_off::RESERVED + 4 == response_off::CAPACITY_SECTORS);
+const _: () = assert!(response_off::CAPACITY_SECTORS % 8 == 0);
+const _: () = assert!(response_off::CAPACITY_SECTORS + 8 == RESPONSE_LEN);
 const _: () = assert!(frame_off::DATA_LEN + 4 == FRAME_HEADER_LEN);
 
 /// Feature bits advertised in [`HelloReply::features`].
@@ -247,8 +252,14 @@ pub mod features {
     /// [`super::HelloReply::challenge`]) before anything else on this
     /// connection.
     pub const AUTH: u32 = 1 << 5;
+    /// Every [`super::Response`] carries the export's capacity as it is then
+    /// ([`super::Response::capacity_sectors`]), so a client sees an export
+    /// that grew while it is mapped (online resize). Without it the field is 0.
+    /// A reserved field before, so a client that does not know the bit ignores
+    /// it: no [`super::VERSION`] change.
+    pub const RESIZE: u32 = 1 << 6;
     /// Every bit defined above.
-    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY | AUTH;
+    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY | AUTH | RESIZE;
 }
 
 /// Flag bits of [`Hello::flags`].
@@ -1112,6 +1123,9 @@ pub struct Response {
     /// The rkey invalidated (or, on TCP, echoed), so the client can check the
     /// right region was fenced.
     pub rkey: u32,
+    /// The export's capacity in sectors as the target sent this, with
+    /// [`features::RESIZE`]; 0 otherwise.
+    pub capacity_sectors: u64,
 }
 
 impl Response {
@@ -1125,6 +1139,7 @@ impl Response {
         put_u32::<{ response_off::DATA_CRC }, N>(out, self.data_crc);
         put_u32::<{ response_off::LENGTH }, N>(out, self.length);
         put_u32::<{ response_off::RKEY }, N>(out, self.rkey);
+        put_u64::<{ response_off::CAPACITY_SECTORS }, N>(out, self.capacity_sectors);
     }
 
     /// Returns the encoded message.
@@ -1145,6 +1160,7 @@ impl Response {
             data_crc: get_u32::<{ response_off::DATA_CRC }, N>(b),
             length: get_u32::<{ response_off::LENGTH }, N>(b),
             rkey: get_u32::<{ response_off::RKEY }, N>(b),
+            capacity_sectors: get_u64::<{ response_off::CAPACITY_SECTORS }, N>(b),
         })
     }
 }
@@ -1315,6 +1331,7 @@ mod tests {
             data_crc: 0x1234_5678,
             length: 4096,
             rkey: 0xabcd,
+            capacity_sectors: 0x0102_0304_0506_0708,
         }
     }
 
@@ -1495,7 +1512,8 @@ mod tests {
         assert_eq!(&b[8..12], &[0x78, 0x56, 0x34, 0x12]);
         assert_eq!(&b[12..16], &[0, 0x10, 0, 0]);
         assert_eq!(&b[16..20], &[0xcd, 0xab, 0, 0]);
-        assert_eq!(&b[20..], &[0; 12]);
+        assert_eq!(&b[20..24], &[0; 4]);
+        assert_eq!(&b[24..32], &[8, 7, 6, 5, 4, 3, 2, 1]);
         assert_eq!(Response::decode(&b), Ok(response()));
         assert_eq!(Response::decode(&b[..31]), Err(DecodeError::Short));
         let mut bad = b;
@@ -1834,8 +1852,10 @@ mod tests {
 
         #[test]
         fn response_round_trips(tag in any::<u32>(), status in 0u16..=8, credits in any::<u16>(),
-                                data_crc in any::<u32>(), length in any::<u32>(), rkey in any::<u32>()) {
-            let r = Response { tag, status: Status::try_from(status).unwrap(), credits, data_crc, length, rkey };
+                                data_crc in any::<u32>(), length in any::<u32>(), rkey in any::<u32>(),
+                                capacity_sectors in any::<u64>()) {
+            let r = Response { tag, status: Status::try_from(status).unwrap(), credits, data_crc, length, rkey,
+                               capacity_sectors };
             prop_assert_eq!(Response::decode(&r.to_bytes()), Ok(r));
         }
 

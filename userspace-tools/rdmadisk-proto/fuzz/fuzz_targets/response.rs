@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmadisk_proto::wire::{response_off, Response};
+use rdmadisk_proto::wire::{response_off, Response, RESPONSE_LEN};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(r) = Response::decode(data) else {
@@ -11,9 +11,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let bytes = r.to_bytes();
     assert_eq!(Response::decode(&bytes), Ok(r));
-    assert_eq!(
-        bytes[..response_off::RESERVED],
-        data[..response_off::RESERVED]
-    );
-    assert!(bytes[response_off::RESERVED..].iter().all(|&b| b == 0));
+    let (res, cap) = (response_off::RESERVED, response_off::CAPACITY_SECTORS);
+    assert_eq!(bytes[..res], data[..res]);
+    assert!(bytes[res..cap].iter().all(|&b| b == 0));
+    assert_eq!(bytes[cap..RESPONSE_LEN], data[cap..RESPONSE_LEN]);
 });
