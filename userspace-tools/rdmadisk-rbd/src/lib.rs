@@ -2,7 +2,8 @@
 //! from the installed headers) and a small safe layer over them.
 //!
 //! - [`Cluster::connect`]: a ceph.conf, a client name and a keyring.
-//! - [`Image::open`]: an image of a pool, its size, its exclusive lock.
+//! - [`Image::open`]: an image of a pool, its size, its exclusive lock, and
+//!   [`Image::watch_updates`] to hear of a resize.
 //! - Asynchronous read, write, flush, discard and write-zeroes. Each completion goes to a
 //!   [`Complete`] with the caller's tag, on one of librbd's own threads: no thread per request
 //!   and no blocking call on the caller's side. The target's rings turn those into ring
@@ -17,7 +18,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The raw bindings: every `rados_*` and `rbd_*` function, type and constant.
 #[allow(
@@ -309,8 +310,32 @@ pub struct Image {
     h: sys::rbd_image_t,
     name: String,
     read_only: bool,
+    /// The update watches registered on it, unregistered before it closes.
+    watches: Mutex<Vec<Watch>>,
     /// The pool's I/O context outlives its images.
     _pool: Arc<PoolHandle>,
+}
+
+/// What an update watch calls: on one of librbd's threads, so it must not block on librbd.
+type OnUpdate = Box<dyn Fn() + Send + Sync>;
+
+/// One `rbd_update_watch` registration and the closure its callback calls.
+struct Watch {
+    handle: u64,
+    f: *mut OnUpdate,
+}
+
+// SAFETY: `f` points to a Send + Sync closure, owned by the registration.
+unsafe impl Send for Watch {}
+
+extern "C" fn on_update(arg: *mut c_void) {
+    // SAFETY: `arg` is the `f` of a registration, which stays allocated until its
+    // rbd_update_unwatch has returned, and that waits for a callback in flight.
+    let f = unsafe { &*arg.cast::<OnUpdate>() };
+    // A panic must not unwind into librbd.
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        std::process::abort();
+    }
 }
 
 // SAFETY: librbd's image handles are thread-safe: their I/O calls, size queries and lock calls
@@ -321,6 +346,20 @@ unsafe impl Sync for Image {}
 
 impl Drop for Image {
     fn drop(&mut self) {
+        let watches = std::mem::take(
+            self.watches
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for w in watches {
+            // SAFETY: an open image and a handle it registered, unregistered once. librbd
+            // waits for a callback of the handle in flight before it returns, and calls no
+            // more after: the closure can go.
+            unsafe {
+                sys::rbd_update_unwatch(self.h, w.handle);
+                drop(Box::from_raw(w.f));
+            }
+        }
         // SAFETY: opened by rbd_open*, closed once. rbd_close waits for the image's in-flight
         // operations, whose callbacks therefore all ran before it returns.
         unsafe { sys::rbd_close(self.h) };
@@ -349,6 +388,7 @@ impl Image {
             h,
             name: name.to_string(),
             read_only,
+            watches: Mutex::new(Vec::new()),
             _pool: pool.0.clone(),
         })
     }
@@ -369,6 +409,28 @@ impl Image {
             sys::rbd_get_size(self.h, &mut s)
         })?;
         Ok(s)
+    }
+
+    /// Has `f` called whenever the image's header changes (a resize, a lock taken or given up,
+    /// a snapshot), until the image closes. `f` runs on one of librbd's threads and must not
+    /// call librbd there (ask [`Image::size`] elsewhere): it should only tell a thread of the
+    /// caller's.
+    pub fn watch_updates(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        let f: *mut OnUpdate = Box::into_raw(Box::new(Box::new(f)));
+        let mut handle = 0u64;
+        // SAFETY: an open image; `handle` an out-pointer to a local; `f` stays allocated until
+        // the registration is undone (Drop), which waits for callbacks in flight.
+        let r = unsafe { sys::rbd_update_watch(self.h, &mut handle, Some(on_update), f.cast()) };
+        if r < 0 {
+            // SAFETY: not registered, so no callback has it.
+            drop(unsafe { Box::from_raw(f) });
+        }
+        check(|| format!("cannot watch {} for updates", self.name), r)?;
+        self.watches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Watch { handle, f });
+        Ok(())
     }
 
     /// The image's feature bits (`RBD_FEATURE_*`).

@@ -99,6 +99,13 @@ pub trait Backing: Send + Sync {
 
     fn geometry(&self) -> Geometry;
 
+    /// Usable bytes now: [`Geometry::capacity`], unless the store can grow or shrink while it
+    /// is served (an RBD image), when this follows it. Requests are checked against it, and
+    /// every response reports it (`features::RESIZE`).
+    fn capacity(&self) -> u64 {
+        self.geometry().capacity
+    }
+
     /// Starts `op`; its completion arrives on `ring` with `user_data` and the operation's
     /// result (bytes moved, 0, or `-errno`). `buf` is the data of a Read or Write (at least
     /// `len` bytes), unused by the others.

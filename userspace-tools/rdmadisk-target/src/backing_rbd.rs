@@ -16,9 +16,14 @@
 //! acquires; `break_lock` breaks it at once. Either way Ceph blocklists the old owner first, so
 //! none of its writes can land afterwards. docs/design.md ("RBD exports") says how this fits
 //! the session fences.
+//!
+//! Online resize: a watch on the image's header hears of `rbd resize`; a thread of the
+//! backing's then reads the new size, which requests are checked against and every response
+//! reports to the client (`features::RESIZE`).
 
 use std::io;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use rdmadisk_rbd::{Cluster, Complete, Connect, Image};
@@ -40,10 +45,12 @@ impl Complete for Mailbox {
 const FEATURE_EXCLUSIVE_LOCK: u64 = rdmadisk_rbd::sys::RBD_FEATURE_EXCLUSIVE_LOCK as u64;
 
 pub struct RbdBacking {
-    image: Image,
+    image: Arc<Image>,
     cluster: Cluster,
     spec: RbdSpec,
     geometry: Geometry,
+    /// Usable bytes now: the image may be resized while it is served ([`watch_size`]).
+    capacity: Arc<AtomicU64>,
 }
 
 /// The target's defaults for its librados client, which the conf may change.
@@ -96,12 +103,18 @@ impl RbdBacking {
         if !read_only {
             lock(&image, spec, &cluster)?;
         }
+        let image = Arc::new(image);
+        let capacity = Arc::new(AtomicU64::new(0));
+        // Watching before the size is read: a resize in between is not missed.
+        watch_size(&image, spec, &capacity)?;
         let size = image.size()?;
+        capacity.store(geometry(size).capacity, Ordering::Relaxed);
         Ok(RbdBacking {
             geometry: geometry(size),
             image,
             cluster,
             spec: spec.clone(),
+            capacity,
         })
     }
 
@@ -148,6 +161,46 @@ impl RbdBacking {
         );
         Ok((geometry(size), what))
     }
+}
+
+/// Keeps `capacity` at the image's size: librbd calls the watch after the image's header
+/// changed (on its own thread, where librbd must not be called), and a thread of ours then
+/// reads the size. It ends when the image closes: the watch, and the sender it holds, go then.
+fn watch_size(image: &Arc<Image>, spec: &RbdSpec, capacity: &Arc<AtomicU64>) -> io::Result<()> {
+    let (tx, rx) = mpsc::channel::<()>();
+    let (weak, capacity) = (Arc::downgrade(image), capacity.clone());
+    let name = format!("{}/{}", spec.pool, spec.image);
+    std::thread::Builder::new()
+        .name("rbd-size".into())
+        .spawn(move || {
+            while rx.recv().is_ok() {
+                // One look serves every update that came meanwhile.
+                while rx.try_recv().is_ok() {}
+                let Some(img) = weak.upgrade() else { break };
+                match img.size() {
+                    Ok(size) => {
+                        let new = geometry(size).capacity;
+                        let old = capacity.swap(new, Ordering::Relaxed);
+                        if old != new {
+                            log::info!(
+                                "RBD image {name}: resized from {old} to {new} bytes{}",
+                                if new < old {
+                                    "; mapped disks keep their size, and requests beyond the \
+                                     new end fail"
+                                } else {
+                                    "; mapped disks grow with their next response"
+                                }
+                            );
+                        }
+                    }
+                    Err(e) => log::warn!("RBD image {name}: {e} (after its header changed)"),
+                }
+            }
+        })?;
+    image.watch_updates(move || {
+        let _ = tx.send(());
+    })?;
+    Ok(())
 }
 
 /// The pool's or the image's own configuration (`rbd config pool|image set`) overrides the
@@ -265,6 +318,10 @@ impl Backing for RbdBacking {
 
     fn geometry(&self) -> Geometry {
         self.geometry
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Relaxed)
     }
 
     unsafe fn start(

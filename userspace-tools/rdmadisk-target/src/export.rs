@@ -152,9 +152,9 @@ impl Export {
         Arc::from(self.name.as_str())
     }
 
-    /// Capacity in 512-byte sectors.
+    /// Capacity in 512-byte sectors, now (it may change while served: [`Backing::capacity`]).
     pub fn capacity_sectors(&self) -> u64 {
-        self.geometry.capacity >> rdmadisk_proto::wire::SECTOR_SHIFT
+        self.backing.capacity() >> rdmadisk_proto::wire::SECTOR_SHIFT
     }
 
     /// Whether this export lets `ip` in (its own list; the target's is checked apart).

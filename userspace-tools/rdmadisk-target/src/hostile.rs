@@ -304,6 +304,7 @@ mod tests {
             data_crc: 0x1234_5678,
             length: 4096,
             rkey: 0xabcd_0102,
+            capacity_sectors: 1 << 17,
         }
     }
 

@@ -1340,7 +1340,7 @@ impl Conn {
         }
         let s = &self.core.slots[j];
         let req = s.req;
-        let resp = t.response(&req, s.status, s.crc);
+        let resp = t.response(&self.core.export, &req, s.status, s.crc);
         let n = s.out_len();
         let invalidate = req.buf.rkey != 0 && !t.limits.no_invalidate;
         let hostile = self.chooser.pick(

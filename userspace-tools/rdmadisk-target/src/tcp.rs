@@ -803,7 +803,7 @@ impl Conn {
         self.credits_used = self.credits_used.saturating_sub(1);
         let t = self.core.t.clone();
         let s = &self.core.slots[i];
-        let resp = t.response(&s.req, s.status, s.crc);
+        let resp = t.response(&self.core.export, &s.req, s.status, s.crc);
         let n = s.out_len();
         let hostile = self.chooser.pick(
             &t.limits.hostile,

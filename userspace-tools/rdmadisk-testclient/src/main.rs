@@ -536,6 +536,12 @@ where
         "verify: reads_verified={} sectors_compared={} data_mismatches={} read_crc_mismatches={} status_errors={}",
         r.reads_verified, r.sectors_compared, r.data_mismatches, r.read_crc_mismatches, r.status_errors
     );
+    println!(
+        "capacity: attached={} first_response={} last_response={}",
+        t.reply().capacity_sectors,
+        r.capacity_first,
+        r.capacity_last
+    );
     let (high, initial) = t.credit_report();
     let exceeded = high > u32::from(initial);
     println!(

@@ -42,6 +42,10 @@ pub struct Report {
     pub data_mismatches: u64,
     pub read_crc_mismatches: u64,
     pub status_errors: u64,
+    /// The export's capacity (sectors) the responses reported: the first and the last
+    /// (features::RESIZE; 0 without).
+    pub capacity_first: u64,
+    pub capacity_last: u64,
     pub passed: u64,
     pub failed: u64,
     pub seconds: f64,
@@ -295,6 +299,10 @@ pub fn run<T: Transport>(t: &mut T, p: &Params) -> io::Result<Report> {
             )));
         };
         free.push(d.slot);
+        if r.capacity_first == 0 {
+            r.capacity_first = d.resp.capacity_sectors;
+        }
+        r.capacity_last = d.resp.capacity_sectors;
         let mut ok = d.resp.status == Status::Ok;
         if !ok {
             r.status_errors += 1;
