@@ -234,6 +234,7 @@ impl DiskDev {
                     stats: Stats::default(),
                     telemetry: Telemetry::default(),
                     answered: AtomicU64::new(0),
+                    reported_capacity: AtomicU64::new(0),
                     faults,
                     io_wq,
                 },
@@ -633,6 +634,10 @@ impl QueueHost for DiskDev {
         if first && transport == Transport::Rdma {
             let _ = self.policy.lock().on_rdma_failure(now_ms() as u64);
         }
+        self.kick();
+    }
+
+    fn capacity_grew(self: Arc<Self>) {
         self.kick();
     }
 }

@@ -216,6 +216,10 @@ pub(crate) struct DiskInfo {
     /// Responses that ended or reissued a request, or answered a keepalive (not stale or
     /// fenced ones): the proof that a new connection set is served, which ends an outage.
     pub(crate) answered: AtomicU64,
+    /// The largest capacity (sectors) the target's responses have reported
+    /// (`features::RESIZE`): the session grows the disk to it (docs/design.md, "Online
+    /// resize").
+    pub(crate) reported_capacity: AtomicU64,
     pub(crate) faults: Arc<Faults>,
     /// Where the connections' own work (TCP send and receive) runs (reclaim-safe).
     pub(crate) io_wq: Arc<ReclaimQueue>,
@@ -240,6 +244,12 @@ impl DiskInfo {
     /// The keys its connections prove and expect.
     pub(crate) fn keys(&self) -> Option<crate::authn::Keys<'_>> {
         crate::authn::Keys::new(self.secret.as_ref(), self.target_secret.as_ref())
+    }
+
+    /// A response reported the export's capacity, `sectors` (0: the target does not): true if
+    /// it is more than any before, so the disk should grow. Any context.
+    pub(crate) fn note_capacity(&self, sectors: u64) -> bool {
+        sectors != 0 && self.reported_capacity.fetch_max(sectors, Ordering::Relaxed) < sectors
     }
 
     /// A Hello was refused `Stale`: the target's fence is at session `floor`.
@@ -312,6 +322,17 @@ pub(crate) trait QueueHost: Send + Sync + 'static {
     /// disk ignores a connection that is not part of its current set: the session work
     /// looks at those itself.
     fn queue_failed(self: Arc<Self>, conn: ConnId, transport: Transport);
+
+    /// The target reported a larger capacity ([`DiskInfo::note_capacity`]): the session
+    /// grows the disk. Any context; never sleeps.
+    fn capacity_grew(self: Arc<Self>);
+}
+
+/// What a connection does with the capacity a response reports. Any context; never sleeps.
+pub(crate) fn note_capacity(host: &Arc<dyn QueueHost>, sectors: u64) {
+    if host.info().note_capacity(sectors) {
+        host.clone().capacity_grew();
+    }
 }
 
 /// The name of a transport, for logs.

@@ -795,6 +795,9 @@ impl RdmaQueue {
         }
         let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
         let resp = Response::decode(&msg.data()[..n]);
+        if let Ok(r) = &resp {
+            crate::host::note_capacity(&self.host, r.capacity_sectors);
+        }
         // Only an authentication's answer is that long; it begins as a response does.
         let auth_reply = (wc.byte_len() as usize == AUTH_REPLY_LEN)
             .then(|| AuthReply::decode(msg.data()).ok())

@@ -107,6 +107,8 @@ counters! {
     connect_failures,
     /// Times a disk with no connection failed its waiting I/O at `fast_io_fail_s`.
     fast_io_fails,
+    /// Times the disk grew to a capacity the target reported (online resize).
+    resizes,
 }
 
 impl Stats {

@@ -790,6 +790,7 @@ impl TcpQueue {
         }
         let resp =
             Response::decode(&buf[FRAME_HEADER_LEN..]).map_err(|_| "undecodable response")?;
+        crate::host::note_capacity(&self.host, resp.capacity_sectors);
         let id = ReqId::from_tag(resp.tag);
         // The target may answer before the sender has marked the request sent (it runs
         // apart from this work): leave the response for then.

@@ -420,6 +420,17 @@ impl<D: Driver> Disk<D> {
         unsafe { b::blk_mq_kick_requeue_list(self.gd.queue()) };
     }
 
+    /// Changes the capacity of the live disk (`set_capacity_and_notify`): the block layer's
+    /// size, a kernel log line, and a `RESIZE=1` change uevent. Nothing on a disk marked dead:
+    /// its capacity stays 0. Process context (the uevent allocates).
+    pub(crate) fn resize(&self, sectors: u64) {
+        if self.dead.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: The disk is added and lives as long as `self`.
+        unsafe { b::set_capacity_and_notify(self.gd.ptr.as_ptr(), sectors) };
+    }
+
     /// Marks the disk dead (`blk_mark_disk_dead`), for a force-unmap or a target that is gone:
     /// new I/O fails at submission, filesystems are told of the surprise removal, and its
     /// capacity reads 0. Requests already queued still reach `queue_rq` (end them with an

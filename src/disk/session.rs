@@ -103,6 +103,7 @@ impl DiskDev {
                         self.drained();
                         continue;
                     }
+                    self.apply_capacity();
                     self.check_connections();
                     let check_ms = self.check_interval_ms();
                     if pstate == PState::Probing {
@@ -260,9 +261,10 @@ impl DiskDev {
     /// Whether a reconnected set serves the disk that was mapped. The block device was built
     /// from the first set's reply (`map.rs`), and what is queued against it must mean the same
     /// on the new set: connections that cannot carry the disk's largest request are refused,
-    /// and so is a target that now reports another capacity (no online resize), other block
-    /// sizes, another read-only flag, or a smaller largest request. The session keeps trying;
-    /// the loss timeout bounds it.
+    /// and so is a target that now reports a smaller capacity (a disk only grows online),
+    /// other block sizes, another read-only flag, or a smaller largest request. A larger
+    /// capacity is taken: the disk grows to it once the set is installed. The session keeps
+    /// trying; the loss timeout bounds it.
     fn check_reply(&self, reply: &HelloReply, max_io: u32) -> Result {
         let need = self
             .info
@@ -282,13 +284,16 @@ impl DiskDev {
         };
         let (who, export) = (self.name(), self.info.export);
         let mut same = true;
-        if reply.capacity_sectors != built.capacity_sectors {
+        if reply.capacity_sectors < built.capacity_sectors {
             pr_err!(
-                "{who}: the target now reports {} sectors for export {export}, not the {} the disk was mapped with: refusing the connection (a disk is not resized online: unmap it and map it again)\n",
+                "{who}: the target now reports {} sectors for export {export}, fewer than the disk's {}: refusing the connection (a disk does not shrink online: unmap it and map it again)\n",
                 reply.capacity_sectors,
                 built.capacity_sectors
             );
             same = false;
+        } else {
+            // Grown while the disk was away: `apply_capacity` follows once the set is in.
+            self.info.note_capacity(reply.capacity_sectors);
         }
         let pbs = |r: &HelloReply| r.physical_block_size.max(r.logical_block_size);
         if reply.logical_block_size != built.logical_block_size || pbs(reply) != pbs(&built) {
@@ -665,6 +670,41 @@ impl DiskDev {
                 return true;
             }
         }
+    }
+
+    /// Grows the disk to the capacity the target last reported, if larger (online resize:
+    /// docs/design.md, "Online resize"). A smaller one never gets here
+    /// ([`DiskInfo::note_capacity`] keeps the largest): a disk does not shrink under its
+    /// users; requests beyond the export's new end fail at the target.
+    ///
+    /// [`DiskInfo::note_capacity`]: crate::host::DiskInfo::note_capacity
+    fn apply_capacity(&self) {
+        let want = self
+            .info
+            .reported_capacity
+            .load(core::sync::atomic::Ordering::Relaxed);
+        let have = match self.attach.lock().as_ref() {
+            Some(Ok(a)) => a.reply.capacity_sectors,
+            _ => return,
+        };
+        if want <= have {
+            return;
+        }
+        match self.disk.lock().as_ref() {
+            Some(d) => d.resize(want),
+            // Not added yet: the next look.
+            None => return,
+        }
+        // Only this work changes it once the disk is attached; reconnects compare with it.
+        if let Some(Ok(a)) = self.attach.lock().as_mut() {
+            a.reply.capacity_sectors = want;
+        }
+        Stats::inc(&self.info.stats.resizes);
+        pr_info!(
+            "{}: export {} grew from {have} to {want} sectors; so does the disk\n",
+            self.name(),
+            self.info.export
+        );
     }
 
     /// Runs every connection's health check (keepalive NOPs, a frozen peer, no credits).
