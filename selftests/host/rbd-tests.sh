@@ -11,7 +11,9 @@
 #   4. takeover: the owner frozen (SIGSTOP) with a client's writes queued, a new target breaks
 #      its lock (break_lock) and serves; the old one, thawed, has its late writes refused
 #      (Ceph blocklisted it) and the image does not change;
-#   5. the OSD frozen under load: the requests stall, then complete, and every read verifies.
+#   5. the OSD frozen under load: the requests stall, then complete, and every read verifies;
+#   6. online resize: `rbd resize` under a running client reaches it in the responses, and the
+#      new space serves verified I/O; a shrink is logged and reported at the next attach.
 # TAP output, then "N passed, N failed". Needs root (network namespaces) and Ceph's packages.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -70,7 +72,8 @@ tready() {
   done
   return 1
 }
-client() { ns "$C" --transport tcp --export "$IMG" --span-mib 32 "$@"; }
+# (Over the first 32 MiB, the client's default --span-mib.)
+client() { ns "$C" --transport tcp --export "$IMG" "$@"; }
 
 echo "# 1: the verified workload over TCP"
 if ns "$T" --check-config --no-rdma --allow 127.0.0.1 --ceph-conf "$CEPH_CONF" \
@@ -199,4 +202,31 @@ if [ -n "$a" ] && [ "$a" = "$b" ] && [ "${c:-0}" -gt "$b" ] && [ $rc = 0 ] &&
   grep -q "RESULT: [0-9]* passed, 0 failed" "$OUT/osd.log"; then
   ok "the OSD frozen 8 s under load: nothing answered meanwhile (served $a, then $b), then the workload finished verified: $(grep RESULT "$OUT/osd.log")"
 else nok "a frozen OSD stalls the workload, which then finishes verified (served $a, $b, then $c; exit $rc)" "$OUT/osd.log" "$OUT/c.log"; fi
+
+echo "# 6: online resize"
+# A client attached at 64 MiB; the image grows to 128 MiB under its workload.
+attaches() { grep -c "attached to export" "$OUT/c.log"; }
+n0=$(attaches)
+client --target 127.0.0.1:7804 --count 40000 --max-size 65536 --queue-depth 4 --seed 16 >"$OUT/grow.log" 2>&1 &
+gp=$!
+for ((i = 0; i < 100; i++)); do [ "$(attaches)" -gt "$n0" ] && break; sleep 0.1; done
+rbd_ resize --size 128M "$CEPH_POOL/$IMG" >"$OUT/resize.log" 2>&1
+rs=$?
+wait "$gp"; rc=$?
+caps=$(grep "^capacity:" "$OUT/grow.log")
+if [ $rs = 0 ] && [ $rc = 0 ] && grep -q "attached=131072 .*last_response=262144" <<<"$caps" &&
+  grep -q "resized from 67108864 to 134217728 bytes" "$OUT/c.log"; then
+  ok "rbd resize 64 -> 128 MiB under a running client: its responses report it ($caps)"
+else nok "rbd resize reaches a running client (resize exit $rs, client exit $rc: $caps)" "$OUT/resize.log" "$OUT/grow.log" "$OUT/c.log"; fi
+if client --target 127.0.0.1:7804 --span-mib 128 --count 600 --queue-depth 8 --seed 17 >"$OUT/grown.log" 2>&1 &&
+  grep -q "attached=262144" "$OUT/grown.log"; then
+  ok "a new attach gets 128 MiB, and I/O across all of it verifies: $(grep RESULT "$OUT/grown.log")"
+else nok "the grown image serves I/O across its new space" "$OUT/grown.log" "$OUT/c.log"; fi
+rbd_ resize --size 96M --allow-shrink "$CEPH_POOL/$IMG" >"$OUT/shrink.log" 2>&1
+for ((i = 0; i < 20; i++)); do grep -q "resized from 134217728 to 100663296" "$OUT/c.log" && break; sleep 0.5; done
+if grep -q "resized from 134217728 to 100663296 bytes; mapped disks keep their size" "$OUT/c.log" &&
+  client --target 127.0.0.1:7804 --span-mib 96 --count 100 --seed 18 >"$OUT/shrunk.log" 2>&1 &&
+  grep -q "attached=196608" "$OUT/shrunk.log"; then
+  ok "a shrink (rbd resize --allow-shrink 96 MiB) is logged, and the next attach gets 96 MiB"
+else nok "a shrink is logged and reported at the next attach" "$OUT/shrink.log" "$OUT/shrunk.log" "$OUT/c.log"; fi
 exit $((fail > 0))
