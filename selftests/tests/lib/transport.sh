@@ -1,9 +1,9 @@
 # shellcheck shell=bash disable=SC2034 # TR_* are for the tests that source this
-# Helpers for the transport and failure tests (67-86, 90, 95), lib/soak.sh, the benchmarks
+# Helpers for the transport and failure tests (67-86, 89, 90, 95), lib/soak.sh, the benchmarks
 # (bench/peers.sh, bench/tcp-vs-rdma.sh) and run.sh's clean-up after a killed test: the
 # RDMA <-> TCP switch knobs, waits on the disk's transport with a bounded deadline, fio in
-# verified rounds that run until told to stop, the compute VM's rxe device, and kernel splats
-# since a mark.
+# verified rounds that run until told to stop, the longest completion gap during a fault, the
+# compute VM's rxe device, and kernel splats since a mark.
 # Sourced after lib/disk.sh:  source "$TB_REPO/selftests/tests/lib/transport.sh"
 #
 # The per-disk files (/sys/block/rdmadiskN/rdmadisk/): transport (rw: auto|rdma|tcp),
@@ -145,6 +145,39 @@ tr_rounds_stop() {
 tr_fio_args() {
   echo "--name=$1 --filename=/dev/$DK_DEV --rw=randrw --rwmixread=50 --bsrange=4k-64k --iodepth=16" \
     "--numjobs=2 --size=${TR_SIZE:-2M} --offset_increment=4M --verify=crc32c --do_verify=1"
+}
+
+# ---------------------------------------------------------------- completion gaps
+# A sampler in the compute VM's background logs "NS IOS" every 0.2 s to
+# $TB_DIR/<test>.gap-TAG.log: the VM's clock in ns and the disk's rdma_ios + tcp_ios (builtins
+# only, DK_VM_DEFS). Marks taken with tr_vm_ns around a fault carry the same clock, so
+# tr_gap_ms can keep to the stretches that overlap the fault.
+
+tr_gap_start() { # tr_gap_start TAG DEV: starts the sampler
+  local b=$TB_DIR/$DK_ID.gap-$1
+  printf '%s\n' "$DK_VM_DEFS
+while :; do
+  now_us; ios_sum /sys/block/$2/rdmadisk/stats
+  echo \"\${us}000 \${S:-0}\"
+  pause 0.2
+done" >"$b.sh"
+  on compute "rm -f $b.log; setsid bash $b.sh >$b.log 2>&1 </dev/null & echo \$! >$b.pid" >/dev/null
+}
+
+tr_gap_stop() { on compute "kill \$(cat $TB_DIR/$DK_ID.gap-$1.pid)" >/dev/null; } # tr_gap_stop TAG
+
+tr_vm_ns() { on compute "$DK_VM_DEFS
+now_us; echo \${us}000"; } # the compute VM's clock, ns
+
+# tr_gap_ms TAG A B: the longest stretch without a completion (ms) that overlaps [A, B]
+# (tr_vm_ns marks); a gap elsewhere (between fio rounds, say) does not count. 0 if a mark is
+# missing.
+tr_gap_ms() {
+  if ! is_num "$2" || ! is_num "$3"; then echo 0; return; fi
+  awk -v a="$2" -v b="$3" '
+    function gap(e) { if (n && t1 <= b && e >= a && e - t1 > m) m = e - t1 }
+    $2 != last { gap($1); t1 = $1; last = $2 } { t = $1; n++ } END { gap(t); print int(m / 1000000) }' \
+    "$TB_DIR/$DK_ID.gap-$1.log"
 }
 
 # ---------------------------------------------------------------- the compute VM's rxe
