@@ -1,10 +1,12 @@
-# /dev/rdmadiskN over RDMA on a Ceph RBD export. The storage VM runs a throwaway Ceph cluster
-# on its own loopback (selftests/ceph/cluster.sh: one monitor, one memstore OSD, cephx), and
-# the target serves an RBD image of it. On the compute VM: fio writes and verifies the disk; the
-# target restarts (SIGTERM, start again: it takes the image's lock again) under fio verify; the
-# compute VM's RDMA device is deleted and added back under fio verify (the disk goes on over
-# TCP and comes back); then ext4 with a checksum manifest, read back after an unmap and a
-# fresh map. No step may see an I/O error.
+# An RDMA disk (/dev/rdmadiskN) on a Ceph RBD export. The storage VM runs a throwaway Ceph
+# cluster on its own loopback (selftests/ceph/cluster.sh: one monitor, one bluestore OSD on a
+# sparse file, cephx), and the target serves an RBD image of it. On the compute VM: fio writes
+# and verifies the disk; the target restarts (SIGTERM, start again: it takes the image's lock
+# again) under fio verify; the OSD restarts under fio verify (the disk's I/O stalls until the
+# monitor has the OSD up again, then resumes; the test prints the longest stretch without a
+# completion); the compute VM's RDMA device is deleted and added back under fio verify (the
+# disk goes on over TCP and comes back); then ext4 with a checksum manifest, read back after
+# an unmap and a fresh map. No step may see an I/O error, and io_errors stays 0.
 
 # shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
@@ -22,7 +24,8 @@ cleanup89() {
 }
 
 s0=$SECONDS
-env=$(on storage "CEPH_NETNS=none $TB_REPO/selftests/ceph/cluster.sh start $CL 2>$CL.err || { cat $CL.err; exit 1; }
+env=$(on storage "CEPH_NETNS=none CEPH_STORE=bluestore $TB_REPO/selftests/ceph/cluster.sh start $CL 2>$CL.err || { cat $CL.err; exit 1; }
+grep '^# ' $CL.err
 rbd -c $CL/ceph.conf create --size 64M --image-feature layering,exclusive-lock rbd/vol89 && echo IMAGE=ok")
 rc=$?
 printf '%s\n' "$env" | grep -v '^CEPH_' | indent
@@ -45,16 +48,18 @@ fi
 dev=$DK_DEV
 echo "  transport: $(tr_get "$dev" active_transport)"
 
-dk_fio w "--name=w --filename=/dev/$dev --ioengine=libaio --direct=1 --size=16M --bs=4k --iodepth=8 --verify=crc32c --rw=randwrite --do_verify=1 --verify_fatal=1"
-res $? "fio: 16 MiB of random 4 KiB writes, then read back and verified ($FIO_SUM)"
+# 4-64 KiB, not all 4 KiB: a bluestore OSD under TCG takes about 30 ms a 4 KiB write.
+dk_fio w "--name=w --filename=/dev/$dev --ioengine=libaio --direct=1 --size=16M --bsrange=4k-64k --iodepth=8 --verify=crc32c --rw=randwrite --do_verify=1 --verify_fatal=1"
+res $? "fio: 16 MiB of random 4-64 KiB writes, then read back and verified ($FIO_SUM)"
 
 # Under verifying fio rounds: the target restarts. The old one releases the image's lock at
 # its clean exit; the new one takes it, and the disk reconnects.
 tr_rounds_start r1 "$(tr_fio_args r1)"
 on compute "sleep 5"
 s=$SECONDS
+dk_target_stop >/dev/null
 # shellcheck disable=SC2086 # TARGS: words
-dk_target_stop >/dev/null; dk_target_start $TARGS >/dev/null
+dk_target_start $TARGS >/dev/null
 started=$?
 took=$((SECONDS - s))
 on compute "sleep 5"
@@ -62,6 +67,27 @@ tr_rounds_stop r1 180
 rc=$?
 [ $started = 0 ] && [ $rc = 0 ]
 res $? "target restarted under fio verify (serving again in $took s): no I/O error ($FIO_SUM)"
+
+# Under verifying fio rounds: the OSD restarts (SIGTERM, the same command line again; bluestore
+# keeps its objects). The target's librbd requests wait for an OSD map with the OSD up again,
+# so the disk's I/O stalls, then resumes. A sampler in the compute VM logs its completions: the
+# longest stretch without one that overlaps the restart is the gap.
+base=$(tr_stat "$dev" rdma_ios tcp_ios | awk '{ print $1 + $2 }')
+tr_rounds_start r3 "$(tr_fio_args r3)"
+tr_gap_start osd "$dev"
+tr_wait io "$dev" 60 any ios "${base:-0}" >/dev/null
+ns_a=$(tr_vm_ns)
+out=$(on storage "$TB_REPO/selftests/ceph/cluster.sh restart-osd $CL 2>&1")
+restarted=$?
+ns_b=$(tr_vm_ns)
+printf '%s\n' "$out" | grep -v '^OSD_' | indent
+tr_rounds_stop r3 180
+rc=$?
+tr_gap_stop osd
+gap=$(tr_gap_ms osd "$ns_a" "$ns_b")
+ie=$(tr_stat "$dev" io_errors)
+[ $restarted = 0 ] && [ $rc = 0 ] && n_eq "$ie" 0
+res $? "OSD restarted under fio verify (up again $(kv OSD_RESTART_MS "$out") ms after its SIGTERM), I/O gap $gap ms: no I/O error ($FIO_SUM), io_errors=$ie"
 
 # Under verifying fio rounds: the compute VM's RDMA device goes away and comes back.
 nic=$(tr_nic)
