@@ -235,6 +235,7 @@ impl DiskDev {
                     telemetry: Telemetry::default(),
                     answered: AtomicU64::new(0),
                     reported_capacity: AtomicU64::new(0),
+                    resize: AtomicBool::new(false),
                     faults,
                     io_wq,
                 },
@@ -634,10 +635,6 @@ impl QueueHost for DiskDev {
         if first && transport == Transport::Rdma {
             let _ = self.policy.lock().on_rdma_failure(now_ms() as u64);
         }
-        self.kick();
-    }
-
-    fn capacity_grew(self: Arc<Self>) {
         self.kick();
     }
 }

@@ -216,10 +216,12 @@ pub(crate) struct DiskInfo {
     /// Responses that ended or reissued a request, or answered a keepalive (not stale or
     /// fenced ones): the proof that a new connection set is served, which ends an outage.
     pub(crate) answered: AtomicU64,
-    /// The largest capacity (sectors) the target's responses have reported
-    /// (`features::RESIZE`): the session grows the disk to it (docs/design.md, "Online
-    /// resize").
+    /// The largest capacity (sectors) the target's responses have reported: the session
+    /// grows the disk to it (docs/design.md, "Online resize").
     pub(crate) reported_capacity: AtomicU64,
+    /// The installed set's target reports the export's capacity in its responses
+    /// (`features::RESIZE`); without it the field is not read.
+    pub(crate) resize: AtomicBool,
     pub(crate) faults: Arc<Faults>,
     /// Where the connections' own work (TCP send and receive) runs (reclaim-safe).
     pub(crate) io_wq: Arc<ReclaimQueue>,
@@ -246,10 +248,14 @@ impl DiskInfo {
         crate::authn::Keys::new(self.secret.as_ref(), self.target_secret.as_ref())
     }
 
-    /// A response reported the export's capacity, `sectors` (0: the target does not): true if
-    /// it is more than any before, so the disk should grow. Any context.
-    pub(crate) fn note_capacity(&self, sectors: u64) -> bool {
-        sectors != 0 && self.reported_capacity.fetch_max(sectors, Ordering::Relaxed) < sectors
+    /// An accepted response reported the export's capacity, `sectors`: kept if the target
+    /// has `features::RESIZE` and it is more than any before, and no more than a block device
+    /// can have (a hostile target's value is dropped). The session work applies it at its
+    /// next look. Any context; atomics only.
+    pub(crate) fn note_capacity(&self, sectors: u64) {
+        if self.resize.load(Ordering::Relaxed) && sectors <= MAX_CAPACITY_SECTORS {
+            self.reported_capacity.fetch_max(sectors, Ordering::Relaxed);
+        }
     }
 
     /// A Hello was refused `Stale`: the target's fence is at session `floor`.
@@ -322,18 +328,10 @@ pub(crate) trait QueueHost: Send + Sync + 'static {
     /// disk ignores a connection that is not part of its current set: the session work
     /// looks at those itself.
     fn queue_failed(self: Arc<Self>, conn: ConnId, transport: Transport);
-
-    /// The target reported a larger capacity ([`DiskInfo::note_capacity`]): the session
-    /// grows the disk. Any context; never sleeps.
-    fn capacity_grew(self: Arc<Self>);
 }
 
-/// What a connection does with the capacity a response reports. Any context; never sleeps.
-pub(crate) fn note_capacity(host: &Arc<dyn QueueHost>, sectors: u64) {
-    if host.info().note_capacity(sectors) {
-        host.clone().capacity_grew();
-    }
-}
+/// The most sectors a disk may have: its size in bytes must fit the kernel's `loff_t`.
+pub(crate) const MAX_CAPACITY_SECTORS: u64 = (i64::MAX as u64) >> 9;
 
 /// The name of a transport, for logs.
 pub(crate) fn transport_name(t: Transport) -> &'static str {

@@ -795,9 +795,6 @@ impl RdmaQueue {
         }
         let n = (wc.byte_len() as usize).min(RESPONSE_LEN);
         let resp = Response::decode(&msg.data()[..n]);
-        if let Ok(r) = &resp {
-            crate::host::note_capacity(&self.host, r.capacity_sectors);
-        }
         // Only an authentication's answer is that long; it begins as a response does.
         let auth_reply = (wc.byte_len() as usize == AUTH_REPLY_LEN)
             .then(|| AuthReply::decode(msg.data()).ok())
@@ -863,6 +860,9 @@ impl RdmaQueue {
             g.auth = Auth::Answered(auth_reply);
             return;
         }
+        // Only now: an authentication's answer decodes as a response too, with proof bytes
+        // where the capacity would be.
+        self.host.info().note_capacity(resp.capacity_sectors);
         if id.slot == KEEPALIVE_SLOT {
             if g.keepalive_sent_ms.take().is_none() || wc.invalidated_rkey().is_some() {
                 return self.fail_locked(g, "unexpected keepalive response");

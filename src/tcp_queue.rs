@@ -790,7 +790,6 @@ impl TcpQueue {
         }
         let resp =
             Response::decode(&buf[FRAME_HEADER_LEN..]).map_err(|_| "undecodable response")?;
-        crate::host::note_capacity(&self.host, resp.capacity_sectors);
         let id = ReqId::from_tag(resp.tag);
         // The target may answer before the sender has marked the request sent (it runs
         // apart from this work): leave the response for then.
@@ -849,6 +848,7 @@ impl TcpQueue {
         }
         let _ = g.tags.answer(id);
         drop(g);
+        self.host.info().note_capacity(resp.capacity_sectors);
         if expect == 0 {
             self.complete(io, &resp);
             Ok(Head::Done)

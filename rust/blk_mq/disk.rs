@@ -422,13 +422,14 @@ impl<D: Driver> Disk<D> {
 
     /// Changes the capacity of the live disk (`set_capacity_and_notify`): the block layer's
     /// size, a kernel log line, and a `RESIZE=1` change uevent. Nothing on a disk marked dead:
-    /// its capacity stays 0. Process context (the uevent allocates).
-    pub(crate) fn resize(&self, sectors: u64) {
+    /// its capacity stays 0, and this returns false. Process context (the uevent allocates).
+    pub(crate) fn resize(&self, sectors: u64) -> bool {
         if self.dead.load(Ordering::Acquire) {
-            return;
+            return false;
         }
         // SAFETY: The disk is added and lives as long as `self`.
         unsafe { b::set_capacity_and_notify(self.gd.ptr.as_ptr(), sectors) };
+        true
     }
 
     /// Marks the disk dead (`blk_mark_disk_dead`), for a force-unmap or a target that is gone:

@@ -261,10 +261,12 @@ impl DiskDev {
     /// Whether a reconnected set serves the disk that was mapped. The block device was built
     /// from the first set's reply (`map.rs`), and what is queued against it must mean the same
     /// on the new set: connections that cannot carry the disk's largest request are refused,
-    /// and so is a target that now reports a smaller capacity (a disk only grows online),
-    /// other block sizes, another read-only flag, or a smaller largest request. A larger
-    /// capacity is taken: the disk grows to it once the set is installed. The session keeps
-    /// trying; the loss timeout bounds it.
+    /// and so is a target that now reports another capacity, other block sizes, another
+    /// read-only flag, or a smaller largest request. One exception: an export that may grow
+    /// while served (`features::RESIZE`, an RBD image) may have grown while the disk was away,
+    /// and the disk grows to it once the set is installed. A file that changed size across a
+    /// target restart is still refused: it is more likely the wrong file than a resize. The
+    /// session keeps trying; the loss timeout bounds it.
     fn check_reply(&self, reply: &HelloReply, max_io: u32) -> Result {
         let need = self
             .info
@@ -280,20 +282,27 @@ impl DiskDev {
         let built = match self.attach.lock().as_ref() {
             Some(Ok(a)) => a.reply,
             // Mapping: this is the reply the disk will be built from.
-            _ => return Ok(()),
+            _ => {
+                self.note_resize(reply, true);
+                return Ok(());
+            }
         };
         let (who, export) = (self.name(), self.info.export);
         let mut same = true;
-        if reply.capacity_sectors < built.capacity_sectors {
+        let resizes = reply.features & features::RESIZE != 0;
+        let grown = resizes && reply.capacity_sectors > built.capacity_sectors;
+        if reply.capacity_sectors != built.capacity_sectors && !grown {
             pr_err!(
-                "{who}: the target now reports {} sectors for export {export}, fewer than the disk's {}: refusing the connection (a disk does not shrink online: unmap it and map it again)\n",
+                "{who}: the target now reports {} sectors for export {export}, not the {} the disk was mapped with: refusing the connection ({}: unmap it and map it again)\n",
                 reply.capacity_sectors,
-                built.capacity_sectors
+                built.capacity_sectors,
+                if resizes {
+                    "a disk does not shrink online"
+                } else {
+                    "the export does not resize online"
+                }
             );
             same = false;
-        } else {
-            // Grown while the disk was away: `apply_capacity` follows once the set is in.
-            self.info.note_capacity(reply.capacity_sectors);
         }
         let pbs = |r: &HelloReply| r.physical_block_size.max(r.logical_block_size);
         if reply.logical_block_size != built.logical_block_size || pbs(reply) != pbs(&built) {
@@ -324,9 +333,26 @@ impl DiskDev {
             same = false;
         }
         if same {
+            self.note_resize(reply, false);
             Ok(())
         } else {
             Err(EINVAL)
+        }
+    }
+
+    /// A set answered `reply` and is taken: whether its responses' capacity counts
+    /// (`features::RESIZE`), and the capacity it reports (`first`: the one the disk is built
+    /// from, so no resize follows).
+    fn note_resize(&self, reply: &HelloReply, first: bool) {
+        use core::sync::atomic::Ordering::Relaxed;
+        let on = reply.features & features::RESIZE != 0;
+        self.info.resize.store(on, Relaxed);
+        if first {
+            self.info
+                .reported_capacity
+                .store(reply.capacity_sectors, Relaxed);
+        } else {
+            self.info.note_capacity(reply.capacity_sectors);
         }
     }
 
@@ -673,27 +699,32 @@ impl DiskDev {
     }
 
     /// Grows the disk to the capacity the target last reported, if larger (online resize:
-    /// docs/design.md, "Online resize"). A smaller one never gets here
-    /// ([`DiskInfo::note_capacity`] keeps the largest): a disk does not shrink under its
-    /// users; requests beyond the export's new end fail at the target.
+    /// docs/design.md, "Online resize"), in whole logical blocks. A smaller one never gets
+    /// here ([`DiskInfo::note_capacity`] keeps the largest): a disk does not shrink under its
+    /// users; requests beyond the export's new end fail at the target. Runs at every look
+    /// of the session work at a live disk: within half a keepalive interval of the response.
     ///
     /// [`DiskInfo::note_capacity`]: crate::host::DiskInfo::note_capacity
     fn apply_capacity(&self) {
-        let want = self
+        let reported = self
             .info
             .reported_capacity
             .load(core::sync::atomic::Ordering::Relaxed);
-        let have = match self.attach.lock().as_ref() {
-            Some(Ok(a)) => a.reply.capacity_sectors,
+        let (have, want) = match self.attach.lock().as_ref() {
+            Some(Ok(a)) => {
+                let per_block = u64::from(a.reply.logical_block_size >> 9);
+                let partial = reported.checked_rem(per_block).unwrap_or(0);
+                (a.reply.capacity_sectors, reported.saturating_sub(partial))
+            }
             _ => return,
         };
         if want <= have {
             return;
         }
         match self.disk.lock().as_ref() {
-            Some(d) => d.resize(want),
-            // Not added yet: the next look.
-            None => return,
+            Some(d) if d.resize(want) => {}
+            // Not added yet (the next look), or marked dead.
+            _ => return,
         }
         // Only this work changes it once the disk is attached; reconnects compare with it.
         if let Some(Ok(a)) = self.attach.lock().as_mut() {

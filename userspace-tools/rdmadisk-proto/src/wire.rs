@@ -252,7 +252,8 @@ pub mod features {
     /// [`super::HelloReply::challenge`]) before anything else on this
     /// connection.
     pub const AUTH: u32 = 1 << 5;
-    /// Every [`super::Response`] carries the export's capacity as it is then
+    /// The export may change size while served (an RBD image): every
+    /// [`super::Response`] carries its capacity as it is then
     /// ([`super::Response::capacity_sectors`]), so a client sees an export
     /// that grew while it is mapped (online resize). Without it the field is 0.
     /// A reserved field before, so a client that does not know the bit ignores

@@ -413,8 +413,8 @@ impl Image {
 
     /// Has `f` called whenever the image's header changes (a resize, a lock taken or given up,
     /// a snapshot), until the image closes. `f` runs on one of librbd's threads and must not
-    /// call librbd there (ask [`Image::size`] elsewhere): it should only tell a thread of the
-    /// caller's.
+    /// call librbd there (ask [`Image::size`] elsewhere), nor drop this image (its close would
+    /// wait for `f` itself): it should only tell a thread of the caller's.
     pub fn watch_updates(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let f: *mut OnUpdate = Box::into_raw(Box::new(Box::new(f)));
         let mut handle = 0u64;

@@ -100,10 +100,16 @@ pub trait Backing: Send + Sync {
     fn geometry(&self) -> Geometry;
 
     /// Usable bytes now: [`Geometry::capacity`], unless the store can grow or shrink while it
-    /// is served (an RBD image), when this follows it. Requests are checked against it, and
-    /// every response reports it (`features::RESIZE`).
+    /// is served ([`Backing::resizable`]), when this follows it. Requests are checked against
+    /// it.
     fn capacity(&self) -> u64 {
         self.geometry().capacity
+    }
+
+    /// Whether [`Backing::capacity`] may change while served (an RBD image): clients are
+    /// told so (`features::RESIZE`), and every response reports it.
+    fn resizable(&self) -> bool {
+        false
     }
 
     /// Starts `op`; its completion arrives on `ring` with `user_data` and the operation's

@@ -108,7 +108,13 @@ impl RbdBacking {
         // Watching before the size is read: a resize in between is not missed.
         watch_size(&image, spec, &capacity)?;
         let size = image.size()?;
-        capacity.store(geometry(size).capacity, Ordering::Relaxed);
+        // Unless the watch has seen a newer size meanwhile.
+        let _ = capacity.compare_exchange(
+            0,
+            geometry(size).capacity,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         Ok(RbdBacking {
             geometry: geometry(size),
             image,
@@ -166,6 +172,9 @@ impl RbdBacking {
 /// Keeps `capacity` at the image's size: librbd calls the watch after the image's header
 /// changed (on its own thread, where librbd must not be called), and a thread of ours then
 /// reads the size. It ends when the image closes: the watch, and the sender it holds, go then.
+/// The thread holds the image only while it reads the size; should the backing be dropped
+/// meanwhile, the image closes (and its lock goes) when that read returns. The target drops
+/// its backings only as it exits.
 fn watch_size(image: &Arc<Image>, spec: &RbdSpec, capacity: &Arc<AtomicU64>) -> io::Result<()> {
     let (tx, rx) = mpsc::channel::<()>();
     let (weak, capacity) = (Arc::downgrade(image), capacity.clone());
@@ -322,6 +331,10 @@ impl Backing for RbdBacking {
 
     fn capacity(&self) -> u64 {
         self.capacity.load(Ordering::Relaxed)
+    }
+
+    fn resizable(&self) -> bool {
+        true
     }
 
     unsafe fn start(

@@ -562,11 +562,10 @@ impl Target {
 
     /// The HelloReply for an attached export (with the challenge if it has a secret).
     pub fn hello_reply(&self, e: &Export, challenge: Option<&Challenge>) -> HelloReply {
-        let mut f = features::FLUSH
-            | features::FUA
-            | features::DISCARD
-            | features::WRITE_ZEROES
-            | features::RESIZE;
+        let mut f = features::FLUSH | features::FUA | features::DISCARD | features::WRITE_ZEROES;
+        if e.backing.resizable() {
+            f |= features::RESIZE;
+        }
         if e.read_only {
             f |= features::READ_ONLY;
         }
@@ -671,7 +670,8 @@ impl Target {
 
     /// The response to `req` on export `e`, the same on every transport: it echoes the tag
     /// and the rkey, reports the length only on success, grants back the credit the request
-    /// used, and tells the export's capacity now (a resize reaches the client so).
+    /// used, and tells the export's capacity now if it may change (a resize reaches the client
+    /// so).
     pub fn response(&self, e: &Export, req: &Request, status: Status, data_crc: u32) -> Response {
         Response {
             tag: req.tag,
@@ -680,7 +680,11 @@ impl Target {
             data_crc,
             length: if status == Status::Ok { req.length } else { 0 },
             rkey: req.buf.rkey,
-            capacity_sectors: e.capacity_sectors(),
+            capacity_sectors: if e.backing.resizable() {
+                e.capacity_sectors()
+            } else {
+                0
+            },
         }
     }
 
