@@ -5,8 +5,11 @@
 # again) under fio verify; the OSD restarts under fio verify (the disk's I/O stalls until the
 # monitor has the OSD up again, then resumes; the test prints the longest stretch without a
 # completion); the compute VM's RDMA device is deleted and added back under fio verify (the
-# disk goes on over TCP and comes back); then ext4 with a checksum manifest, read back after
-# an unmap and a fresh map. No step may see an I/O error, and io_errors stays 0.
+# disk goes on over TCP and comes back); `rbd resize` under fio verify (the disk grows, with
+# no reconnect, and its new space verifies); then ext4 with a checksum manifest, read back
+# after an unmap and a fresh map. No step until then may see an I/O error. Last, Ceph goes
+# away (the OSD frozen): a read fails by the loss-timeout rules, with an error and no data,
+# and the disk serves again once the OSD is back.
 
 # shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
@@ -104,6 +107,26 @@ rc=$?
 res $? "RDMA device deleted and added back under fio verify: TCP, then RDMA again, no I/O error ($FIO_SUM)"
 tr_rxe_restore >/dev/null 2>&1
 
+# Online resize: rbd resize 64 -> 96 MiB on the storage VM under verifying fio rounds. The
+# disk follows the capacity its responses report, with no reconnect; then the new space
+# serves verified I/O.
+read -r rz0 rc0 <<<"$(tr_stat "$dev" resizes reconnects)"
+tr_rounds_start r4 "$(tr_fio_args r4)"
+on compute "sleep 2" >/dev/null
+on storage "rbd -c $CL/ceph.conf resize --size 96M rbd/vol89" >/dev/null 2>&1
+rs=$?
+s=$SECONDS
+sz=$(on compute "for i in \$(seq 300); do s=\$(cat /sys/block/$dev/size); [ \"\$s\" = 196608 ] && break; sleep 0.1; done; echo \$s")
+took=$((SECONDS - s))
+tr_rounds_stop r4 180
+rc=$?
+read -r rz1 rc1 <<<"$(tr_stat "$dev" resizes reconnects)"
+said=$(on compute "dmesg | grep -c '$dev: detected capacity change from 131072 to 196608'")
+[ $rs = 0 ] && [ "$sz" = 196608 ] && [ $rc = 0 ] && n_eq "$rz1" $((rz0 + 1)) && n_eq "$rc1" "$rc0" && n_eq "$said" 1
+res $? "rbd resize 64 -> 96 MiB under fio verify: /sys/block/$dev/size 196608 within $took s of the resize, resizes $rz0 -> $rz1, reconnects $rc0 -> $rc1, the kernel logged the change; no I/O error ($FIO_SUM)"
+dk_fio grown "--name=grown --filename=/dev/$dev --ioengine=libaio --direct=1 --offset=92M --size=4M --bsrange=4k-64k --iodepth=8 --verify=crc32c --rw=randwrite --do_verify=1 --verify_fatal=1"
+res $? "fio: the last 4 MiB of the grown disk written and verified ($FIO_SUM)"
+
 out=$(on compute "set -e; mkfs.ext4 -q -F /dev/$dev && mkdir -p $MNT && mount /dev/$dev $MNT && cd $MNT
 head -c 3145731 /dev/urandom >a.bin; mkdir d; for i in \$(seq 10); do head -c \$((i * 5000 + 3)) /dev/urandom >d/f\$i; done
 sync; find . -type f | sort | xargs sha256sum >$SUMS; cd /; umount $MNT" 2>&1)
@@ -115,5 +138,25 @@ res $? "ext4 on the RBD-backed disk: 11 files written, their sha256sums kept, un
 dk_unmap "$dev" normal >/dev/null && dk_gone "$dev" 10 && dk_map_disk d89 vol89 &&
   on compute "mount /dev/$DK_DEV $MNT && cd $MNT && sha256sum -c --quiet $SUMS && cd / && umount $MNT"
 res $? "unmap, map again (/dev/${DK_DEV:-?}), mount: every checksum matches"
+
+# Ceph gone mid-I/O (the OSD frozen): a read stalls, and fails by the loss-timeout rules (a
+# request older than loss_timeout_s fails when its connection is reset: the I/O timeout, 5 s
+# here, resets it), with an error and no data. With the OSD back, the disk serves again.
+dev=$DK_DEV
+tr_set "$dev" io_timeout_ms=5000 loss_timeout_s=15 >/dev/null
+ie0=$(tr_stat "$dev" io_errors)
+op=$(on storage "cat $CL/run/osd.0.pid")
+on storage "kill -STOP $op" >/dev/null
+s=$SECONDS
+out=$(on compute "dd if=/dev/$dev of=/dev/null bs=64k count=1 skip=300 iflag=direct 2>&1; echo rc=\$?")
+took=$((SECONDS - s))
+on storage "kill -CONT $op" >/dev/null
+ie1=$(tr_stat "$dev" io_errors)
+printf '%s\n' "$out" | grep -v '^rc=' | indent
+! grep -q '^rc=0' <<<"$out" && grep -q 'Input/output error' <<<"$out" && n_le 15 "$took" && n_le "$took" 45 &&
+  n_eq "$ie1" $((ie0 + 1))
+res $? "the OSD frozen: a direct read fails after $took s (loss_timeout_s=15) with an I/O error, no data; io_errors $ie0 -> $ie1"
+on compute "mount /dev/$dev $MNT && cd $MNT && sha256sum -c --quiet $SUMS && cd / && umount $MNT"
+res $? "the OSD thawed: the disk serves again, every checksum matches"
 
 cleanup89
