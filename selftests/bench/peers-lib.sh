@@ -15,6 +15,16 @@
 #                                -i 2 -P 1
 #   rnbd                         rnbd-server exporting it over RTRS; rnbd-client mapping it
 #                                with nr_poll_queues=1
+# The RBD set serves images of one Ceph cluster on the storage VM's loopback instead
+# (selftests/ceph/cluster.sh, a bluestore OSD), one image a system, each filled with the same
+# random data (each system holds or maps its image on its own):
+#   rdmadisk-rbd                 rdmadisk over RDMA, the target serving rbd/bench-rdmadisk
+#                                through librbd
+#   nvme-rdma-krbd               nvme-rdma to nvmet serving /dev/rbdN: rbd/bench-krbd mapped on
+#                                the storage VM by the kernel's RBD client, the kernel way to an
+#                                RBD gateway
+#   fio-rbd                      fio's rbd engine (librbd) on the storage VM, on rbd/bench-fio:
+#                                the floor, with no network between the client and the gateway
 # Two interrupt-driven hardware queues each, and one poll queue for the polled job.
 # Samples are JSON lines in $BP_SAMPLES: one per fio job, with the job's figures and the
 # client VM's CPU time per I/O (from /proc/stat, so it includes the driver's softirq and
@@ -26,6 +36,11 @@ BP_NVME_RDMA_PORT=4420
 BP_NVME_TCP_PORT=4421
 BP_SIZE_MB=64
 declare -A BP_DEV=()
+BP_NQN_RBD=$BP_NQN-krbd
+BP_CEPH=/run/rdmadisk-bench-ceph
+BP_RBD_MB=32
+# shellcheck disable=SC2034 # used by bench/peers.sh and tests/95-bench-smoke.sh
+BP_RBD_SYSTEMS="rdmadisk-rbd nvme-rdma-krbd fio-rbd"
 
 bp_log() { echo "# [bench] $*"; }
 
@@ -51,10 +66,56 @@ dd if=$BP_BDEV of=$BP_BDEV_TCP bs=1M count=$BP_SIZE_MB iflag=direct oflag=direct
   bp_log "backing: $BP_BDEV ($BP_SIZE_MB MiB) for every system; rdmadisk-tcp's: $BP_BDEV_TCP, a copy"
 }
 
-bp_setup_rdmadisk() {
-  # shellcheck disable=SC2086 # BENCH_TARGET_ARGS: more target options, word-split
-  dk_target_start --export "bench=$BP_BDEV" --export "bench-tcp=$BP_BDEV_TCP" ${BENCH_TARGET_ARGS:-} >/dev/null || return 1
+# bp_setup_ceph: the RBD set's cluster and its three images, filled with random data
+# (BP_RBD_FILL=0: left sparse, which reads as zeroes, for a smoke); BP_CEPH_ARGS, the target's
+# options to reach it.
+bp_setup_ceph() {
+  [ -z "${BP_CEPH_ARGS:-}" ] || return 0
+  local env
+  env=$(on storage "CEPH_NETNS=none CEPH_STORE=bluestore $TB_REPO/selftests/ceph/cluster.sh start $BP_CEPH 2>$BP_CEPH.err || { cat $BP_CEPH.err; exit 1; }
+f='--image-feature layering,exclusive-lock'
+[ ${BP_RBD_FILL:-1} = 0 ] || head -c $((BP_RBD_MB << 20)) /dev/urandom >$BP_CEPH.img || exit 1
+for i in rdmadisk krbd fio; do
+  if [ ${BP_RBD_FILL:-1} = 0 ]; then rbd -c $BP_CEPH/ceph.conf create \$f --size ${BP_RBD_MB}M rbd/bench-\$i
+  else rbd -c $BP_CEPH/ceph.conf import \$f $BP_CEPH.img rbd/bench-\$i; fi >/dev/null 2>&1 || exit 1
+done
+rm -f $BP_CEPH.img; echo IMAGES=ok") && grep -q IMAGES=ok <<<"$env" || { echo "ceph: $env"; return 1; }
+  BP_CEPH_ARGS="--ceph-conf $(kv CEPH_CONF "$env") --ceph-client $(kv CEPH_CLIENT "$env") --ceph-keyring $(kv CEPH_KEYRING "$env")"
+  bp_log "ceph: a cluster on the storage VM's loopback, images rbd/bench-{rdmadisk,krbd,fio} of $BP_RBD_MB MiB"
+}
+
+# bp_target SYSTEM...: rdmadisk-target, once, with the exports of the rdmadisk systems listed.
+bp_target() {
+  [ -z "${BP_TARGET_UP:-}" ] || return 0
+  local args=
+  [[ " $* " != *" rdmadisk-rdma "* && " $* " != *" rdmadisk-tcp "* ]] ||
+    args+=" --export bench=$BP_BDEV --export bench-tcp=$BP_BDEV_TCP"
+  [[ " $* " != *" rdmadisk-rbd "* ]] || args+=" --export bench-rbd=rbd:rbd/bench-rdmadisk $BP_CEPH_ARGS"
+  # shellcheck disable=SC2086 # options, word-split
+  dk_target_start $args ${BENCH_TARGET_ARGS:-} >/dev/null || return 1
   dk_load || return 1
+  BP_TARGET_UP=1
+}
+
+bp_setup_rdmadisk_rbd() {
+  dk_map_disk bench-rbd bench-rbd "queues=2 poll_queues=1" || return 1
+  BP_DEV[rdmadisk-rbd]=$DK_DEV
+  on compute "echo rdma >/sys/block/$DK_DEV/rdmadisk/transport" || return 1
+  bp_on_transport rdmadisk-rbd
+}
+
+# bp_setup_krbd: rbd/bench-krbd mapped by the storage VM's kernel, served by nvmet on the
+# nvme-rdma port, connected from the compute VM.
+bp_setup_krbd() {
+  local rdev
+  rdev=$(on storage "rbd -c $BP_CEPH/ceph.conf device map rbd/bench-krbd 2>&1 | tail -n1") &&
+    [[ $rdev == /dev/rbd* ]] || { echo "rbd device map: $rdev"; return 1; }
+  BP_KRBD=$rdev
+  bp_nvmet_subsys "$BP_NQN_RBD" "$rdev" && bp_nvmet_ports &&
+    bp_nvme_connect rdma $BP_NVME_RDMA_PORT "$BP_NQN_RBD" nvme-rdma-krbd
+}
+
+bp_setup_rdmadisk() {
   local t
   for t in rdma tcp; do
     dk_map_disk "bench-$t" "$([ $t = rdma ] && echo bench || echo bench-tcp)" "queues=2 poll_queues=1" || return 1
@@ -68,43 +129,60 @@ bp_setup_rdmadisk() {
 # own for the whole run; one that fell off is waited for, and the wait is logged).
 bp_on_transport() {
   local t=${1#rdmadisk-} dev=${BP_DEV[$1]}
+  [ "$t" != rbd ] || t=rdma
   [ "$(tr_get "$dev" active_transport)" = "$t" ] && return 0
   tr_wait "bench-$t" "$dev" 120 "$t" >/dev/null || { echo "rdmadisk: /dev/$dev not on $t after 120 s: $TR_WAIT"; return 1; }
   bp_log "$1: /dev/$dev was not on $t; waited: $TR_WAIT"
 }
 
-bp_setup_nvmet() {
+# bp_nvmet_subsys NQN DEVICE: an nvmet subsystem with DEVICE as its namespace 1.
+bp_nvmet_subsys() {
   on storage "set -e
 cd /sys/kernel/config/nvmet
-mkdir -p subsystems/$BP_NQN/namespaces/1
-echo 1 >subsystems/$BP_NQN/attr_allow_any_host
-echo $BP_BDEV >subsystems/$BP_NQN/namespaces/1/device_path
-echo 1 >subsystems/$BP_NQN/namespaces/1/enable
+mkdir -p subsystems/$1/namespaces/1
+echo 1 >subsystems/$1/attr_allow_any_host
+echo $2 >subsystems/$1/namespaces/1/device_path
+echo 1 >subsystems/$1/namespaces/1/enable" || return 1
+}
+
+# bp_nvmet_ports: the nvme-rdma and nvme-tcp ports (once), each offering every bench subsystem.
+bp_nvmet_ports() {
+  on storage "set -e
+cd /sys/kernel/config/nvmet
 for p in 1:rdma:$BP_NVME_RDMA_PORT 2:tcp:$BP_NVME_TCP_PORT; do
   IFS=: read -r id tr port <<<\"\$p\"
-  mkdir -p ports/\$id
-  echo \$tr >ports/\$id/addr_trtype; echo ipv4 >ports/\$id/addr_adrfam
-  echo $DK_S >ports/\$id/addr_traddr; echo \$port >ports/\$id/addr_trsvcid
-  ln -s /sys/kernel/config/nvmet/subsystems/$BP_NQN ports/\$id/subsystems/$BP_NQN
+  if [ ! -d ports/\$id ]; then
+    mkdir ports/\$id
+    echo \$tr >ports/\$id/addr_trtype; echo ipv4 >ports/\$id/addr_adrfam
+    echo $DK_S >ports/\$id/addr_traddr; echo \$port >ports/\$id/addr_trsvcid
+  fi
+  for s in subsystems/*; do
+    [ -e ports/\$id/subsystems/\${s#subsystems/} ] || ln -s /sys/kernel/config/nvmet/\$s ports/\$id/subsystems/
+  done
 done" || return 1
 }
 
-# bp_nvme_connect rdma|tcp PORT: connects with two I/O queues; sets BP_DEV[nvme-$1]. nvme-rdma
-# is a module in the bench kernel (BP_KDIR's build), loaded here.
+bp_setup_nvmet() {
+  bp_nvmet_subsys "$BP_NQN" "$BP_BDEV" && bp_nvmet_ports
+}
+
+# bp_nvme_connect rdma|tcp PORT [NQN [SYSTEM]]: connects to NQN (BP_NQN) with two I/O queues;
+# sets BP_DEV[SYSTEM] (nvme-$1). nvme-rdma is a module in the bench kernel (BP_KDIR's build),
+# loaded here.
 bp_nvme_connect() {
-  local dev
+  local dev nqn=${3:-$BP_NQN}
   dev=$(on compute "[ $1 != rdma ] || test -d /sys/module/nvme_rdma || insmod ${BP_KDIR:-/nonexistent}/drivers/nvme/host/nvme-rdma.ko || exit 1
-nvme connect -t $1 -a $DK_S -s $2 -n $BP_NQN --hostnqn=$BP_HOSTNQN -i 2 -P 1 || exit 1
+nvme connect -t $1 -a $DK_S -s $2 -n $nqn --hostnqn=$BP_HOSTNQN -i 2 -P 1 || exit 1
 for i in \$(seq 100); do
   for c in /sys/class/nvme/nvme*; do
-    [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] && [ \"\$(cat \$c/transport 2>/dev/null)\" = $1 ] || continue
+    [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $nqn ] && [ \"\$(cat \$c/transport 2>/dev/null)\" = $1 ] || continue
     for n in \$c/nvme*n*; do [ -e \"\$n\" ] && [ -b /dev/\${n##*/} ] && { echo DEV=\${n##*/}; exit 0; }; done
   done
   sleep 0.1
 done
 exit 1" | bp_dev_line)
-  [ -n "$dev" ] || { echo "nvme connect -t $1 failed"; return 1; }
-  BP_DEV[nvme-$1]=$dev
+  [ -n "$dev" ] || { echo "nvme connect -t $1 -n $nqn failed"; return 1; }
+  BP_DEV[${4:-nvme-$1}]=$dev
 }
 
 bp_setup_rnbd() {
@@ -126,9 +204,16 @@ exit 1" | bp_dev_line)
 # bp_setup SYSTEM...: brings every listed system up, each mapped on the compute VM.
 bp_setup() {
   local s nv=
+  [[ " $* " != *" rdmadisk-rbd "* && " $* " != *" nvme-rdma-krbd "* && " $* " != *" fio-rbd "* ]] ||
+    bp_setup_ceph || return 1
+  [[ " $* " != *" rdmadisk-"* ]] || bp_target "$@" || return 1
   for s; do
     case $s in
       rdmadisk-rdma | rdmadisk-tcp) [ -n "${BP_DEV[rdmadisk-rdma]:-}" ] || bp_setup_rdmadisk || return 1 ;;
+      rdmadisk-rbd) bp_setup_rdmadisk_rbd || return 1 ;;
+      nvme-rdma-krbd) bp_setup_krbd || return 1 ;;
+      # No device: bp_job runs fio's rbd engine on the storage VM.
+      fio-rbd) BP_DEV[fio-rbd]=rbd/bench-fio ;;
       nvme-rdma | nvme-tcp)
         [ -n "$nv" ] || { bp_setup_nvmet || return 1; nv=1; }
         if [ "$s" = nvme-rdma ]; then bp_nvme_connect rdma $BP_NVME_RDMA_PORT || return 1
@@ -144,7 +229,7 @@ bp_setup() {
 # TRANSPORT's if given).
 bp_nvme_delete() {
   on compute "for c in /sys/class/nvme/nvme*; do
-  [ \"\$(cat \$c/subsysnqn 2>/dev/null)\" = $BP_NQN ] || continue
+  case \"\$(cat \$c/subsysnqn 2>/dev/null)\" in $BP_NQN | $BP_NQN_RBD) ;; *) continue ;; esac
   [ -z '${1:-}' ] || [ \"\$(cat \$c/transport 2>/dev/null)\" = '${1:-}' ] || continue
   echo 1 >\$c/delete_controller
 done; true" >/dev/null 2>&1
@@ -154,10 +239,15 @@ bp_teardown() {
   bp_nvme_delete
   on compute "for d in /sys/block/rnbd*; do [ -e \$d/rnbd/unmap_device ] && echo force >\$d/rnbd/unmap_device; done; true" >/dev/null 2>&1
   on storage "cd /sys/kernel/config/nvmet 2>/dev/null || exit 0
-for p in ports/*; do rm -f \$p/subsystems/$BP_NQN; rmdir \$p 2>/dev/null; done
-[ -d subsystems/$BP_NQN ] && { echo 0 >subsystems/$BP_NQN/namespaces/1/enable; rmdir subsystems/$BP_NQN/namespaces/1 subsystems/$BP_NQN; }
+for p in ports/*; do rm -f \$p/subsystems/$BP_NQN \$p/subsystems/$BP_NQN_RBD; rmdir \$p 2>/dev/null; done
+for s in $BP_NQN $BP_NQN_RBD; do
+  [ -d subsystems/\$s ] && { echo 0 >subsystems/\$s/namespaces/1/enable; rmdir subsystems/\$s/namespaces/1 subsystems/\$s; }
+done
 true" >/dev/null 2>&1
+  [ -z "${BP_KRBD:-}" ] || on storage "rbd device unmap $BP_KRBD" >/dev/null 2>&1
   dk_cleanup
+  [ -z "${BP_CEPH_ARGS:-}" ] || on storage "$TB_REPO/selftests/ceph/cluster.sh stop $BP_CEPH" >/dev/null 2>&1
+  BP_CEPH_ARGS='' BP_TARGET_UP='' BP_KRBD=
   local d
   for d in ${BP_BDEV:-} ${BP_BDEV_TCP:-}; do
     [[ $d == /dev/ram* ]] || on storage "losetup -d $d" >/dev/null 2>&1
@@ -183,6 +273,16 @@ bp_job() {
   dev=${BP_DEV[$sys]}
   [[ $sys != rdmadisk-* ]] || bp_on_transport "$sys" || return 1
   out=$TB_DIR/bench-$sys-$name-$rep
+  # Where fio runs and what it drives. fio-rbd runs where the target runs, on librbd: no
+  # block device to count I/Os on (its CPU per I/O is not taken), and the storage VM is its
+  # own client, so no window runs there besides fio.
+  local where=compute io="--filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0" io_last=
+  local stat="read -r r _ _ _ w _ </sys/block/$dev/stat" fio=fio
+  if [ "$sys" = fio-rbd ]; then
+    # Debian's fio: the bed's own build (first in the VMs' PATH) is static, without librbd.
+    where=storage io="--direct=1" stat="r=0 w=0" fio=/usr/bin/fio
+    io_last="--ioengine=rbd --clientname=admin --pool=${dev%/*} --rbdname=${dev#*/} --invalidate=0"
+  fi
   # rdmadisk's own target counts the time each request spends in it (served, service_us,
   # backing_us): the job's share of those says where its latency goes.
   local ts0=
@@ -194,7 +294,7 @@ bp_job() {
   # Both VMs' agents run these window commands for the whole window, so neither polls its
   # command queue meanwhile (agent.sh); each records its agent's CPU time over the window, to
   # show it. TCP segments: the storage VM's received and the compute VM's sent, per I/O.
-  on storage "$DK_VM_DEFS$BP_WIN_DEFS
+  [ "$where" = storage ] || on storage "$DK_VM_DEFS$BP_WIN_DEFS
 rm -f $out.scpu
 tcpu() { read -r p 2>/dev/null <$DK_TPID && awk '{ print \$14, \$15 }' /proc/\$p/stat 2>/dev/null || echo 0 0; }
 # The target's wake-ups: the times its threads gave up the CPU to wait.
@@ -209,17 +309,17 @@ echo \$((a + b + c + f + g - s0)) \$((x1 - x0)) \$(getconf CLK_TCK) \$((u1 - u0)
   local spid=$!
   # The completion log (a line per I/O) gives the longest time with no completion: a job that
   # stalled is reported as such and kept out of the ratios (report.py).
-  on compute "$DK_VM_DEFS$BP_WIN_DEFS
+  on $where "$DK_VM_DEFS$BP_WIN_DEFS
 rm -f $out.json $out.cpu ${out}_*.log
-timeout $((BP_SECS + 120)) fio --name=$name --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
+CEPH_CONF=$BP_CEPH/ceph.conf timeout $((BP_SECS + 120)) $fio --name=$name $io --size=32M \
   --time_based --ramp_time=1 --runtime=$BP_SECS --output-format=json --output=$out.json \
-  --write_lat_log=$out --log_avg_msec=0 $* >$out.err 2>&1 &
+  --write_lat_log=$out --log_avg_msec=0 $* $io_last >$out.err 2>&1 &
 p=\$!
 pause 1.5
-read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat; s0=\$((a + b + c + f + g)) n0=\$((r + w))
+read -r _ a b c _ _ f g _ </proc/stat; $stat; s0=\$((a + b + c + f + g)) n0=\$((r + w))
 x0=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); g0=\$(agcpu); read -r _ o0 <<<\"\$(segs)\"
 pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
-read -r _ a b c _ _ f g _ </proc/stat; read -r r _ _ _ w _ </sys/block/$dev/stat
+read -r _ a b c _ _ f g _ </proc/stat; $stat
 x1=\$(awk '\$1 == \"ctxt\" { print \$2 }' /proc/stat); g1=\$(agcpu); read -r _ o1 <<<\"\$(segs)\"
 echo \$((a + b + c + f + g - s0)) \$((r + w - n0)) \$(getconf CLK_TCK) \$((x1 - x0)) \$((g1 - g0)) \$((o1 - o0)) >$out.cpu
 wait \$p || { cat $out.err; exit 1; }" || { wait $spid; return 1; }

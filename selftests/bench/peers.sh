@@ -10,6 +10,8 @@
 #     depth 16 (IOPS), 128 KiB sequential reads and writes at depth 4 (MB/s), with the client
 #     VM's CPU time per I/O, for every system;
 #   4 KiB random reads at depths 2, 4, 8 and 32 too for rdmadisk-rdma and nvme-rdma;
+#   the RBD set (bench/peers-lib.sh): rdmadisk-rbd, nvme-rdma-krbd and fio-rbd on images of one
+#     Ceph cluster in the storage VM, 4 KiB random reads and writes at QD1 and reads at QD16;
 #   last, the longest I/O gap while the compute VM's RDMA device is deleted and added back,
 #     under 4 KiB random reads at QD1, for nvme-rdma and rdmadisk-rdma (bp_gap).
 # Writes selftests/out/bench/: samples.jsonl (every sample), results.json, results.md (medians,
@@ -19,7 +21,7 @@
 # and how long a woken task waited for the CPU. Kept out of the timed jobs: tracing costs.
 # BENCH_KERNEL: bench (the default; the test kernel without its debug options,
 # selftests/kernel/bench.config, with this module built against it) or debug (the test kernel).
-# BENCH_SYSTEMS narrows the systems (default: all five), BENCH_JOBS the workloads (names as in
+# BENCH_SYSTEMS narrows the systems (default: all eight), BENCH_JOBS the workloads (names as in
 # BP_WORKLOADS, and rr4k_qdN for the scaling depths; default: all); BENCH_FLOOR=0 and
 # BENCH_GAP=0 leave out the floor and the NIC servicing gap; BENCH_TARGET_ARGS adds options to
 # rdmadisk-target's command line (e.g. --ack-timeout-exp 20). Not a pass/fail test.
@@ -30,7 +32,10 @@ export TB_REPO
 OUT=${BENCH_OUT:-$HERE/out/bench}
 BP_SECS=${BENCH_SECS:-8}
 REPS=${BENCH_REPS:-3}
-SYSTEMS=${BENCH_SYSTEMS:-rdmadisk-rdma nvme-rdma rnbd rdmadisk-tcp nvme-tcp}
+SYSTEMS=${BENCH_SYSTEMS:-rdmadisk-rdma nvme-rdma rnbd rdmadisk-tcp nvme-tcp rdmadisk-rbd nvme-rdma-krbd fio-rbd}
+# The RBD set's workloads: a bluestore OSD under TCG is slow, and these are the ones its ratios
+# are read from.
+RBD_JOBS="rr4k_qd1 rw4k_qd1 rr4k_qd16"
 # RAM disks the size of the test data (brd allocates its pages as they are written): one
 # every system serves, and its twin for rdmadisk-tcp (peers-lib.sh says why).
 export TB_APPEND="brd.rd_nr=2 brd.rd_size=$((64 << 10))"
@@ -100,6 +105,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
   for w in "${BP_WORKLOADS[@]}"; do
     picked "${w%% *}" || continue
     for s in $SYSTEMS; do
+      [[ " $BP_RBD_SYSTEMS " != *" $s "* || " $RBD_JOBS " == *" ${w%% *} "* ]] || continue
       # shellcheck disable=SC2086 # the workload splits into its name and fio arguments
       bp_job "$s" "$rep" $w || bp_failed "$s" "$rep" $w
     done
@@ -115,6 +121,7 @@ done
 if [ "${BENCH_DIAG:-1}" != 0 ]; then
   bp_log "diagnostics: sched and syscall tracepoints on the storage VM"
   for s in $SYSTEMS; do
+    [ "$s" != fio-rbd ] || continue
     for qd in 1 16; do bp_diag "$s" "$qd" || bp_log "$s: no diagnostic sample at QD$qd"; done
   done
 fi

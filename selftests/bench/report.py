@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-SYSTEMS = ["rdmadisk-rdma", "nvme-rdma", "rnbd", "rdmadisk-tcp", "nvme-tcp"]
+SYSTEMS = ["rdmadisk-rdma", "nvme-rdma", "rnbd", "rdmadisk-tcp", "nvme-tcp", "rdmadisk-rbd", "nvme-rdma-krbd", "fio-rbd"]
 # workload -> (figure, better): the figure each workload is judged by.
 FIGURES = {
     "rr4k_qd1": ("lat_p50_us", "lower"),
@@ -162,6 +162,16 @@ def main():
         f"with the spread (min–max) in brackets. A job that failed, or stalled (a second or more with no completion), "
         f"is counted in its cell and enters no figure and no ratio. The whole run took {a.minutes} minutes.\n"
     )
+    rbd = [x for x in ("rdmadisk-rbd", "nvme-rdma-krbd", "fio-rbd") if x in systems]
+    if rbd:
+        md.append(
+            f"The RBD set ({', '.join(rbd)}) serves images of one Ceph cluster on the storage VM instead (one monitor, "
+            "one bluestore OSD on a file, on the VM's loopback), an image a system, each filled with the same random data: "
+            "rdmadisk-rbd through rdmadisk-target's librbd over RDMA; nvme-rdma-krbd through nvmet on the image mapped by the "
+            "storage VM's kernel RBD client; fio-rbd is fio's rbd engine on the storage VM itself, where the target runs "
+            "(no network hop: the floor). It runs 4 KiB random reads and writes at QD1 and reads at QD16; fio-rbd's CPU per "
+            "I/O is not taken (no block device to count its I/Os on).\n"
+        )
     agents = {vm: [x["agent_cpu_us"][vm] for x in samples if x.get("agent_cpu_us") and x["agent_cpu_us"].get(vm) is not None]
               for vm in ("compute", "storage")}
     if agents["storage"]:
@@ -212,6 +222,8 @@ def main():
         ("rdmadisk-rdma", "nvme-rdma"),
         ("rdmadisk-rdma", "rnbd"),
         ("rdmadisk-tcp", "nvme-tcp"),
+        ("rdmadisk-rbd", "nvme-rdma-krbd"),
+        ("rdmadisk-rbd", "fio-rbd"),
     ]
     pairs = [p for p in pairs if p[0] in systems and p[1] in systems]
     md.append("| workload | " + " | ".join(f"{x} ÷ {y}" for x, y in pairs) + " |")
