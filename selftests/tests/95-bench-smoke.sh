@@ -1,10 +1,12 @@
 # make bench's harness in one short pass, so that it cannot rot: every system brought up on one
 # block device of the storage VM (here a loop device over a tmpfs file: this test bed has no RAM
 # disk; rdmadisk-tcp on a copy, as bench/peers-lib.sh says), one 2-second 4 KiB random-read job on each (and its polled twin on rdmadisk), the
-# perftest floor of one test, and the report with its ratios and plots.
+# perftest floor of one test; then the RBD set (rdmadisk-rbd, nvme-rdma-krbd, fio-rbd on a Ceph
+# cluster of the storage VM) with one such job each; and the report with its ratios and plots.
 #
 # Acceptance: every system maps and gives a sample with IOPS above zero; the report names each
-# ratio and draws the plots; everything is torn down (nvme, rnbd, the disk, the loop device).
+# ratio and draws the plots; everything is torn down (nvme, rnbd, the disk, the loop device,
+# the rbd device and the Ceph daemons).
 
 # shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
@@ -57,8 +59,27 @@ left=$(on compute "ls /sys/class/nvme 2>/dev/null | wc -l; ls /sys/block | grep 
 sleft=$(on storage "ls /sys/kernel/config/nvmet/ports /sys/kernel/config/nvmet/subsystems 2>/dev/null | grep -vc '^\(/.*:\)\?$'; losetup -a | wc -l" | tr '\n' ' ')
 [ "$left" = "0 0 0 " ] && [ "$sleft" = "0 0 " ]
 res $? "bench: torn down (compute: nvme controllers, rnbd and rdmadisk disks left: $left; storage: nvmet ports and subsystems, loop devices left: $sleft)"
+# The RBD set: a Ceph cluster on the storage VM's loopback, an image for each system (sparse:
+# filling them costs half a minute a smoke does not need).
+t=$SECONDS BP_RBD_FILL=0
+# shellcheck disable=SC2086 # a list of words
+bp_setup $BP_RBD_SYSTEMS
+if res $? "bench: the RBD set up on a Ceph cluster of the storage VM ($((SECONDS - t)) s): $(for s in $BP_RBD_SYSTEMS; do echo -n "$s=${BP_DEV[$s]:-?} "; done)"; then
+  ok=0
+  for s in $BP_RBD_SYSTEMS; do
+    bp_job "$s" 1 rr4k_qd1 --rw=randread --bs=4k --iodepth=1 || ok=1
+  done
+  n=$(python3 -c "import json,sys; print(sum(1 for l in open(sys.argv[1]) if json.loads(l).get('system') in sys.argv[2].split() and json.loads(l).get('iops', 0) > 0))" "$BP_SAMPLES" "$BP_RBD_SYSTEMS" 2>/dev/null)
+  [ $ok = 0 ] && n_eq "${n:-0}" 3
+  res $? "bench: a 4 KiB random-read sample with IOPS above zero from each RBD system (got ${n:-0} of 3)"
+fi
+bp_teardown
+left=$(on storage "ls /dev/rbd* 2>/dev/null | wc -l; pgrep -cx 'ceph-(mon|osd)' || true" | tr '\n' ' ')
+[ "$left" = "0 0 " ]
+res $? "bench: the RBD set torn down (storage: rbd devices, Ceph daemons left: $left)"
 /usr/bin/python3 "$TB_REPO/selftests/bench/report.py" "$out" --kernel "$(on compute "uname -r")" --host smoke --secs 2 --reps 1 --backing "$BP_KIND" >"$out/report.log" 2>&1 &&
   grep -q 'rdmadisk-rdma ÷ nvme-rdma' "$out/results.md" && grep -q 'rdmadisk-tcp ÷ nvme-tcp' "$out/results.md" &&
+  grep -q 'rdmadisk-rbd ÷ nvme-rdma-krbd' "$out/results.md" && grep -q 'rdmadisk-rbd ÷ fio-rbd' "$out/results.md" &&
   grep -qE '^\| 4 KiB randread QD1 .*wins\) \| [0-9.]+ (\[[0-9.]+–[0-9.]+\]|\(min–max [0-9.]+–[0-9.]+\)), n=[0-9]+ \|' "$out/results.md" &&
   [ -s "$out/latency.png" ] && [ -s "$out/iops.png" ] && [ -s "$out/results.json" ]
 res $? "bench: the report has the same-run ratios with their spread, results.json and the plots" || sed 's/^/  /' "$out/report.log"
