@@ -91,15 +91,25 @@ expect = {
     "truncated": ".+",
     "garbage": "undecodable frame header|unexpected frame",
 }
-# The target logs every hostile act: its rate limit does not apply to these lines.
-sent = [m.groups() for m in (re.search(r"tcp (\d+\.\d+\.\d+\.\d+:\d+): hostile (\w+) sent", l) for l in tlog) if m]
-conns, first = [], {}
-for peer, kind in sent:
-    if peer not in first:
-        conns.append(peer); first[peer] = None
-    if first[peer] is None and kind != "credit_overflow":
-        first[peer] = kind
-kinds = [first[p] for p in conns if first[p]]
+# The target logs every hostile act: its rate limit does not apply to these lines. A peer
+# address is one connection, unless the target logged that address attaching again: the client
+# may attach from the same port at once (a reserved port just given back). Attach lines may be
+# rate-limited away, so they only split the frames of a peer, never start the count.
+conns, cur = [], {}
+for l in tlog:
+    m = re.search(r"tcp: (\d+\.\d+\.\d+\.\d+:\d+) attached to export", l)
+    if m and m.group(1) in cur:
+        del cur[m.group(1)]
+        continue
+    m = re.search(r"tcp (\d+\.\d+\.\d+\.\d+:\d+): hostile (\w+) sent", l)
+    if not m:
+        continue
+    peer, kind = m.groups()
+    if peer not in cur:
+        conns.append([peer, None]); cur[peer] = conns[-1]
+    if cur[peer][1] is None and kind != "credit_overflow":
+        cur[peer][1] = kind
+kinds = [k for _, k in conns if k]
 resets = re.findall(r"d78: queue \d+ \(TCP, set \d+\): (.*); resetting the connection", sys.stdin.read())
 bad = [f"{i + 1}: {k} -> {r!r}" for i, (k, r) in enumerate(zip(kinds, resets)) if not re.fullmatch(expect[k], r)]
 verdict = "ok" if kinds and len(kinds) == len(resets) and not bad else "bad"
