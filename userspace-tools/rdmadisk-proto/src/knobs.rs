@@ -77,6 +77,15 @@ pub const PROBE_INTERVAL_MS: Values = Values::Range {
     max: 600_000,
 };
 pub const TELEMETRY: Values = Values::Range { min: 0, max: 1 };
+pub const PATH_FAILOVER_MS: Values = Values::Range {
+    min: 0,
+    max: 600_000,
+};
+/// Only `failover` (one target carries the I/O at a time) is taken: see [`PATH_POLICY_WORDS`].
+pub const PATH_POLICY: Values = Values::Words(&["failover"]);
+/// Every `path_policy` word the file names, the ones not taken yet included: spreading I/O over
+/// several gateways of one RBD image would move its exclusive lock back and forth.
+pub const PATH_POLICY_WORDS: &[&str] = &["failover", "round-robin", "min-inflight"];
 
 /// Every writable per-disk knob.
 pub const KNOBS: &[Knob] = &[
@@ -134,6 +143,16 @@ pub const KNOBS: &[Knob] = &[
         name: "probe_interval_ms",
         values: PROBE_INTERVAL_MS,
         help: "ms between RDMA probes while on TCP",
+    },
+    Knob {
+        name: "path_failover_ms",
+        values: PATH_FAILOVER_MS,
+        help: "ms the disk keeps reconnecting to a lost target before it moves to the next one (several targets)",
+    },
+    Knob {
+        name: "path_policy",
+        values: PATH_POLICY,
+        help: "how I/O uses several targets: failover (one at a time, in the map's order)",
     },
     Knob {
         name: "telemetry",

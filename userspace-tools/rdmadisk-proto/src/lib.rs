@@ -15,9 +15,12 @@ pub mod fence;
 pub mod histogram;
 pub mod knobs;
 pub mod options;
+pub mod paths;
 pub mod policy;
 pub mod tags;
 pub mod wire;
 
 #[cfg(test)]
 mod cheader;
+#[cfg(test)]
+mod gateways;

@@ -21,6 +21,8 @@ pub const DEFAULT_RDMA_PORT: u16 = 7700;
 pub const DEFAULT_TCP_PORT: u16 = 7701;
 /// Longest unknown key quoted back in an error, in bytes.
 pub const KEY_QUOTE_MAX: usize = 32;
+/// Most targets (gateways) one `target=` may name.
+pub const MAX_TARGETS: usize = 4;
 
 /// The keys this parser knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +49,14 @@ pub enum Key {
     /// `target_secret=`: the key the target must prove, when it is not the
     /// same as `secret=` (DH-HMAC-CHAP's controller key), in hex.
     TargetSecret,
+    /// `target=`: one to [`MAX_TARGETS`] targets (gateways) serving the
+    /// export, `ADDR[:PORT[:TCP_PORT]]` separated by commas; instead of `addr=`.
+    Target,
 }
 
 impl Key {
     /// Every key, in the order they are documented.
-    pub const ALL: [Key; 10] = [
+    pub const ALL: [Key; 11] = [
         Key::Name,
         Key::Addr,
         Key::Port,
@@ -62,6 +67,7 @@ impl Key {
         Key::TcpPort,
         Key::Secret,
         Key::TargetSecret,
+        Key::Target,
     ];
 
     /// The key as written in the option string.
@@ -77,6 +83,7 @@ impl Key {
             Key::TcpPort => "tcp_port",
             Key::Secret => "secret",
             Key::TargetSecret => "target_secret",
+            Key::Target => "target",
         }
     }
 
@@ -135,19 +142,24 @@ pub enum OptionError {
     MissingValue(Key),
     /// A key the caller requires is absent.
     Missing(Key),
+    /// Two keys that exclude each other were both given (`target=` and
+    /// `addr=`).
+    Conflict(Key, Key),
     /// Nothing but whitespace.
     Empty,
 }
 
 impl OptionError {
-    /// The key the error is about, for callers that log it separately;
-    /// `None` for [`OptionError::UnknownKey`] and [`OptionError::Empty`].
+    /// The key the error is about, for callers that log it separately (the
+    /// first of a [`OptionError::Conflict`]); `None` for
+    /// [`OptionError::UnknownKey`] and [`OptionError::Empty`].
     pub fn key(&self) -> Option<Key> {
         match *self {
             OptionError::Duplicate(k)
             | OptionError::BadValue(k)
             | OptionError::MissingValue(k)
-            | OptionError::Missing(k) => Some(k),
+            | OptionError::Missing(k)
+            | OptionError::Conflict(k, _) => Some(k),
             OptionError::UnknownKey(_) | OptionError::Empty => None,
         }
     }
@@ -161,6 +173,7 @@ impl fmt::Display for OptionError {
             OptionError::BadValue(k) => write!(f, "bad value for key '{k}'"),
             OptionError::MissingValue(k) => write!(f, "key '{k}' needs a value"),
             OptionError::Missing(k) => write!(f, "missing key '{k}'"),
+            OptionError::Conflict(a, b) => write!(f, "keys '{a}' and '{b}' cannot both be given"),
             OptionError::Empty => f.write_str("no options given"),
         }
     }
@@ -199,6 +212,102 @@ impl DeviceName {
     }
 }
 
+/// One target (gateway) of a disk: its address and both ports, resolved
+/// (a port not given in `target=` is `port=` / `tcp_port=`, else the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetAddr {
+    /// The four octets in network order.
+    pub addr: [u8; 4],
+    /// rdma_cm port, non-zero.
+    pub port: u16,
+    /// TCP fallback port, non-zero.
+    pub tcp_port: u16,
+}
+
+impl TargetAddr {
+    const NONE: TargetAddr = TargetAddr {
+        addr: [0; 4],
+        port: 0,
+        tcp_port: 0,
+    };
+}
+
+/// The targets of a disk, 1..=[`MAX_TARGETS`] in the order given, no two with
+/// the same address and rdma_cm port. A fixed array: no allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Targets {
+    list: [TargetAddr; MAX_TARGETS],
+    len: u8,
+}
+
+impl Targets {
+    /// A list of the one target `t`.
+    pub fn single(t: TargetAddr) -> Targets {
+        let mut list = [TargetAddr::NONE; MAX_TARGETS];
+        list[0] = t;
+        Targets { list, len: 1 }
+    }
+
+    /// How many targets (at least 1 for a list from the parser).
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Whether the list is empty (never, for a list from the parser).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `i`th target, in the order given.
+    pub fn get(&self, i: usize) -> Option<&TargetAddr> {
+        self.as_slice().get(i)
+    }
+
+    /// The targets, in the order given.
+    pub fn iter(&self) -> core::slice::Iter<'_, TargetAddr> {
+        self.as_slice().iter()
+    }
+
+    /// The targets as a slice.
+    pub fn as_slice(&self) -> &[TargetAddr] {
+        &self.list[..self.len()]
+    }
+}
+
+impl<'a> IntoIterator for &'a Targets {
+    type Item = &'a TargetAddr;
+    type IntoIter = core::slice::Iter<'a, TargetAddr>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// Parses the value of `target=` with ports left 0 where not given
+/// ([`Options::parse`] fills them once every key is in). `None` if an entry is
+/// empty or malformed, a port is 0, or there are more than [`MAX_TARGETS`].
+fn parse_targets(v: &[u8]) -> Option<Targets> {
+    let mut t = Targets {
+        list: [TargetAddr::NONE; MAX_TARGETS],
+        len: 0,
+    };
+    for entry in v.split(|&c| c == b',') {
+        let slot = t.list.get_mut(usize::from(t.len))?;
+        let mut parts = entry.split(|&c| c == b':');
+        slot.addr = parse_ipv4(parts.next()?)?;
+        if let Some(p) = parts.next() {
+            slot.port = parse_port(p)?;
+        }
+        if let Some(p) = parts.next() {
+            slot.tcp_port = parse_port(p)?;
+        }
+        if parts.next().is_some() {
+            return None;
+        }
+        t.len += 1;
+    }
+    Some(t)
+}
+
 /// The parsed options; each field is `None` (or `false`) when its key was
 /// absent, so callers decide which keys they need ([`Options::require`]) and
 /// what the defaults are.
@@ -224,6 +333,9 @@ pub struct Options {
     pub secret: Option<Secret>,
     /// `target_secret=`; only with `secret=`.
     pub target_secret: Option<Secret>,
+    /// `target=`, ports resolved; never with `addr=`. [`Options::target_list`]
+    /// gives the targets of either form.
+    pub targets: Option<Targets>,
 }
 
 impl Options {
@@ -247,6 +359,9 @@ impl Options {
                 return Err(OptionError::Duplicate(key));
             }
             seen |= key.bit();
+            if seen & Key::Target.bit() != 0 && seen & Key::Addr.bit() != 0 {
+                return Err(OptionError::Conflict(Key::Target, Key::Addr));
+            }
             o.set(key, v)?;
         }
         if u32::from(o.queues.unwrap_or(1)) + u32::from(o.poll_queues.unwrap_or(0))
@@ -256,6 +371,26 @@ impl Options {
         }
         if o.target_secret.is_some() && o.secret.is_none() {
             return Err(OptionError::Missing(Key::Secret));
+        }
+        // `port=` and `tcp_port=` may come after `target=`.
+        let (port, tcp_port) = o.default_ports();
+        if let Some(t) = o.targets.as_mut() {
+            for e in &mut t.list[..usize::from(t.len)] {
+                if e.port == 0 {
+                    e.port = port;
+                }
+                if e.tcp_port == 0 {
+                    e.tcp_port = tcp_port;
+                }
+            }
+            let l = t.as_slice();
+            if (1..l.len()).any(|i| {
+                l[..i]
+                    .iter()
+                    .any(|e| (e.addr, e.port) == (l[i].addr, l[i].port))
+            }) {
+                return Err(OptionError::BadValue(Key::Target));
+            }
         }
         if any {
             Ok(o)
@@ -291,9 +426,35 @@ impl Options {
             }
             Key::Secret => self.secret = Some(Secret::from_hex(v).map_err(|_| bad)?),
             Key::TargetSecret => self.target_secret = Some(Secret::from_hex(v).map_err(|_| bad)?),
+            Key::Target => self.targets = Some(parse_targets(v).ok_or(bad)?),
             Key::Ro => {}
         }
         Ok(())
+    }
+
+    /// The rdma_cm and TCP ports of a target that names none: `port=` and
+    /// `tcp_port=`, else the defaults.
+    fn default_ports(&self) -> (u16, u16) {
+        (
+            self.port.unwrap_or(DEFAULT_RDMA_PORT),
+            self.tcp_port.unwrap_or(DEFAULT_TCP_PORT),
+        )
+    }
+
+    /// The disk's targets, whichever form gave them: `target=`'s list, or the
+    /// one target of `addr=` with `port=` / `tcp_port=` or their defaults.
+    /// [`OptionError::Missing`]`(`[`Key::Addr`]`)` if neither was given.
+    pub fn target_list(&self) -> Result<Targets, OptionError> {
+        if let Some(t) = self.targets {
+            return Ok(t);
+        }
+        let addr = self.addr.ok_or(OptionError::Missing(Key::Addr))?;
+        let (port, tcp_port) = self.default_ports();
+        Ok(Targets::single(TargetAddr {
+            addr,
+            port,
+            tcp_port,
+        }))
     }
 
     /// Whether `k` was given (`ro`: whether the disk is read-only).
@@ -309,13 +470,21 @@ impl Options {
             Key::TcpPort => self.tcp_port.is_some(),
             Key::Secret => self.secret.is_some(),
             Key::TargetSecret => self.target_secret.is_some(),
+            Key::Target => self.targets.is_some(),
         }
     }
 
     /// Checks that every key in `keys` was given; the first absent one is
-    /// the error. (`ro` is a flag and always counts as given.)
+    /// the error. (`ro` is a flag and always counts as given.) `addr` asks
+    /// for the disk's target address, so `target=` satisfies it too; `target`
+    /// asks for `target=` itself.
     pub fn require(&self, keys: &[Key]) -> Result<(), OptionError> {
-        match keys.iter().find(|&&k| k != Key::Ro && !self.has(k)) {
+        let given = |k: Key| match k {
+            Key::Ro => true,
+            Key::Addr => self.has(Key::Addr) || self.has(Key::Target),
+            k => self.has(k),
+        };
+        match keys.iter().find(|&&k| !given(k)) {
             Some(&k) => Err(OptionError::Missing(k)),
             None => Ok(()),
         }
@@ -554,6 +723,171 @@ mod tests {
         );
     }
 
+    fn t(addr: [u8; 4], port: u16, tcp_port: u16) -> TargetAddr {
+        TargetAddr {
+            addr,
+            port,
+            tcp_port,
+        }
+    }
+
+    fn targets(s: &str) -> std::vec::Vec<TargetAddr> {
+        let o = Options::parse(s.as_bytes()).unwrap();
+        let l = o.target_list().unwrap();
+        assert_eq!(Some(l), o.targets, "{s}");
+        l.iter().copied().collect()
+    }
+
+    #[test]
+    fn target_forms_and_defaults() {
+        assert_eq!(
+            targets("target=10.0.0.1"),
+            [t([10, 0, 0, 1], DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT)]
+        );
+        assert_eq!(
+            targets("target=10.0.0.1:9000,10.0.0.2:9001:9002,10.0.0.3"),
+            [
+                t([10, 0, 0, 1], 9000, DEFAULT_TCP_PORT),
+                t([10, 0, 0, 2], 9001, 9002),
+                t([10, 0, 0, 3], DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT),
+            ]
+        );
+        // Ports not given in an entry come from port= / tcp_port=, before or after target=.
+        let want = [t([1, 2, 3, 4], 5, 6), t([1, 2, 3, 5], 7, 6)];
+        for s in [
+            "port=5 tcp_port=6 target=1.2.3.4,1.2.3.5:7",
+            "target=1.2.3.4,1.2.3.5:7 port=5 tcp_port=6",
+            "tcp_port=6 target=1.2.3.4,1.2.3.5:7 port=5",
+        ] {
+            assert_eq!(targets(s), want, "{s}");
+        }
+        // The same address on two ports is two targets.
+        assert_eq!(targets("target=1.1.1.1:1,1.1.1.1:2").len(), 2);
+        let o = Options::parse(b"target=1.1.1.1,2.2.2.2,3.3.3.3,4.4.4.4").unwrap();
+        let l = o.targets.unwrap();
+        assert_eq!((l.len(), l.is_empty()), (MAX_TARGETS, false));
+        assert_eq!(l.get(3).map(|e| e.addr), Some([4; 4]));
+        assert_eq!(l.get(4), None);
+        assert_eq!((&l).into_iter().count(), 4);
+        assert_eq!(o.addr, None, "target= does not fill addr=");
+    }
+
+    #[test]
+    fn bad_targets() {
+        for s in [
+            "target=",
+            "target=,",
+            "target=1.2.3.4,",
+            "target=,1.2.3.4",
+            "target=1.2.3.4,,1.2.3.5",
+            "target=1.2.3.4:",
+            "target=1.2.3.4::7701",
+            "target=1.2.3.4:7700:",
+            "target=1.2.3.4:0",
+            "target=1.2.3.4:7700:0",
+            "target=1.2.3.4:65536",
+            "target=1.2.3.4:1:2:3",
+            "target=1.2.3",
+            "target=01.2.3.4",
+            "target=1.2.3.4;1.2.3.5",
+            "target=host:7700",
+            // More than MAX_TARGETS.
+            "target=1.1.1.1,2.2.2.2,3.3.3.3,4.4.4.4,5.5.5.5",
+            // The same (address, port) twice, however the port was given.
+            "target=1.2.3.4,1.2.3.4",
+            "target=1.2.3.4:9,1.2.3.4:9:10",
+            "target=1.2.3.4,1.2.3.4:7700",
+            "port=9 target=1.2.3.4,5.6.7.8,1.2.3.4:9",
+            "target=1.2.3.4:9,1.2.3.4 port=9",
+        ] {
+            assert_eq!(err(s), OptionError::BadValue(Key::Target), "{s}");
+        }
+        assert_eq!(err("target"), OptionError::MissingValue(Key::Target));
+        assert_eq!(
+            err("target=1.1.1.1 target=2.2.2.2"),
+            OptionError::Duplicate(Key::Target)
+        );
+        // Same address and rdma_cm port with other TCP ports is still the same target; a
+        // different rdma_cm port after defaults is not.
+        assert_eq!(targets("port=9 target=1.2.3.4,1.2.3.4:7700").len(), 2);
+    }
+
+    #[test]
+    fn target_and_addr_conflict() {
+        for s in [
+            "addr=1.2.3.4 target=1.2.3.5",
+            "target=1.2.3.5 addr=1.2.3.4",
+            "name=a target=1.2.3.5 export=x addr=1.2.3.4 port=1",
+        ] {
+            let e = err(s);
+            assert_eq!(e, OptionError::Conflict(Key::Target, Key::Addr), "{s}");
+            assert_eq!(e.key(), Some(Key::Target));
+        }
+        let mut s = [0u8; 64];
+        let n = fmt_into(&mut s, &err("addr=1.2.3.4 target=1.2.3.5"));
+        assert_eq!(&s[..n], b"keys 'target' and 'addr' cannot both be given");
+    }
+
+    #[test]
+    fn target_list_of_either_form() {
+        // The single form, as before.
+        let o = Options::parse(b"name=d addr=192.0.2.2 export=e").unwrap();
+        assert_eq!(o.targets, None);
+        assert_eq!(o.addr, Some([192, 0, 2, 2]));
+        let l = o.target_list().unwrap();
+        assert_eq!(
+            l.as_slice(),
+            [t([192, 0, 2, 2], DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT)]
+        );
+        let o = Options::parse(b"addr=192.0.2.2 tcp_port=80 port=81").unwrap();
+        assert_eq!(
+            o.target_list().unwrap().as_slice(),
+            [t([192, 0, 2, 2], 81, 80)]
+        );
+        // Neither form.
+        let o = Options::parse(b"name=d export=e").unwrap();
+        assert_eq!(o.target_list(), Err(OptionError::Missing(Key::Addr)));
+        assert_eq!(
+            o.require(&[Key::Name, Key::Addr]),
+            Err(OptionError::Missing(Key::Addr))
+        );
+        // What the kernel asks: name and export, then the targets.
+        let o = Options::parse(b"name=d export=e target=10.0.0.1,10.0.0.2 ro").unwrap();
+        o.require(&[Key::Name, Key::Export, Key::Ro]).unwrap();
+        assert_eq!(o.target_list().unwrap().len(), 2);
+        // `addr` asks for a target address, which target= gives; `target` asks for target=.
+        o.require(&[Key::Addr, Key::Target]).unwrap();
+        let single = Options::parse(b"addr=10.0.0.1").unwrap();
+        assert_eq!(
+            single.require(&[Key::Addr, Key::Target]),
+            Err(OptionError::Missing(Key::Target))
+        );
+        // `only` names target= itself: the probe takes addr= only.
+        assert_eq!(
+            Options::parse(b"target=10.0.0.1 export=e").unwrap().only(&[
+                Key::Addr,
+                Key::Port,
+                Key::Export
+            ]),
+            Err(OptionError::UnknownKey(UnknownKey::new(b"target")))
+        );
+        Options::parse(b"target=10.0.0.1 export=e")
+            .unwrap()
+            .only(&[Key::Target, Key::Export])
+            .unwrap();
+    }
+
+    #[test]
+    fn key_bits_stay_distinct() {
+        let mut bits = 0u16;
+        for k in Key::ALL {
+            assert_eq!(bits & k.bit(), 0, "{k}");
+            bits |= k.bit();
+            assert_eq!(Key::from_bytes(k.as_str().as_bytes()), Some(k));
+        }
+        assert_eq!(Key::ALL.last(), Some(&Key::Target));
+    }
+
     #[test]
     fn never_panics_on_odd_bytes() {
         let mut buf = [0u8; 8];
@@ -567,6 +901,45 @@ mod tests {
             }
             let _ = Options::parse(&buf);
         }
+        // target= values: whatever parses has 1..=MAX_TARGETS entries, non-zero ports and
+        // no (address, port) twice.
+        let frags: [&[u8]; 8] = [
+            b"1.2.3.4",
+            b"1.2.3.4:9",
+            b"1.2.3.5:9:9",
+            b"1.2.3.6::9",
+            b"",
+            b"1.2.3.4:0",
+            b"port=9 ",
+            b"1.2.3",
+        ];
+        let mut ok = 0;
+        for seed in 0u32..20_000 {
+            let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+            let mut line = std::vec::Vec::from(&b"target="[..]);
+            for i in 0..1 + seed % 6 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                if i > 0 {
+                    line.push(b',');
+                }
+                line.extend_from_slice(frags[(x % 8) as usize]);
+            }
+            if let Ok(o) = Options::parse(&line) {
+                let l = o.target_list().unwrap();
+                assert!((1..=MAX_TARGETS).contains(&l.len()));
+                for (i, e) in l.iter().enumerate() {
+                    assert!(e.port != 0 && e.tcp_port != 0);
+                    assert!(l
+                        .iter()
+                        .skip(i + 1)
+                        .all(|f| (f.addr, f.port) != (e.addr, e.port)));
+                }
+                ok += 1;
+            }
+        }
+        assert!(ok > 1000, "only {ok} target= lines parsed");
     }
 
     fn fmt_into(out: &mut [u8], e: &OptionError) -> usize {

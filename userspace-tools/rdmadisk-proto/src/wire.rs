@@ -259,8 +259,15 @@ pub mod features {
     /// A reserved field before, so a client that does not know the bit ignores
     /// it: no [`super::VERSION`] change.
     pub const RESIZE: u32 = 1 << 6;
+    /// The export is one gateway of a shared store (an RBD image with the
+    /// target's `gateway` setting): other targets may serve the same data,
+    /// and this one takes the store's writer lock over, fencing the previous
+    /// writer, when a read-write session attaches here. A client maps such an
+    /// export through several targets; one without the bit (a local file) has
+    /// one writer target only (docs/design.md, "Several gateways").
+    pub const GATEWAY: u32 = 1 << 7;
     /// Every bit defined above.
-    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY | AUTH | RESIZE;
+    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY | AUTH | RESIZE | GATEWAY;
 }
 
 /// Flag bits of [`Hello::flags`].

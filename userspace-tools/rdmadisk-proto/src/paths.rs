@@ -1,0 +1,238 @@
+//! Which of a disk's targets (gateways) carries its I/O: failover to the next one when the
+//! active one is lost, and failback to the preferred one, with hysteresis (docs/design.md,
+//! "Several gateways").
+//!
+//! One path is active at a time (`path_policy` `failover`). The rules:
+//!
+//! - **Lost.** The active path is lost when its connection set breaks (a connection error,
+//!   missed keepalives, a frozen target, a timeout) and no new set is up. The session keeps
+//!   reconnecting to it, on RDMA and TCP, for `path_failover_ms`; then it moves to the next
+//!   path in the map's order. Each attempt on a path it has just moved to gets the full set-up
+//!   budget; a path it keeps retrying gets only what is left of `path_failover_ms` (at least
+//!   [`MIN_ATTEMPT_MS`]), so a target that accepts connections but never answers (frozen)
+//!   cannot hold the disk longer than that.
+//! - **The loss timeout** counts from the first loss, across paths: it means "no usable path
+//!   for this long". This module does not see it.
+//! - **Failback.** While a path other than the first (the preferred one) serves, the session
+//!   probes the first at the probe interval, outside the disk's connections. After
+//!   `failback_probes` good probes in a row it connects a set there while the serving one
+//!   carries I/O, and swaps them only when the new set is up (make-before-break). A probe or a
+//!   connect that fails leaves the serving path alone and starts the count again: a healthy
+//!   path is never torn down for a failback that cannot complete.
+//!
+//! Pure logic: the caller passes the time (ms of a monotonic clock) and acts on the answers.
+
+/// Least time a reconnect attempt on the path being retried gets, however close the failover
+/// deadline: a set-up needs a few round trips.
+pub const MIN_ATTEMPT_MS: u64 = 1_000;
+/// `path_failover_ms` by default: seconds, well under the loss timeout.
+pub const DEFAULT_FAILOVER_MS: u32 = 3_000;
+
+/// A disk's choice of path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathSel {
+    n: u8,
+    active: u8,
+    /// When the active path was lost (`None`: it serves, or nothing was tried yet).
+    lost_ms: Option<u64>,
+    /// No attempt was made on the active path since the session moved to it.
+    fresh: bool,
+    /// Good probes of the preferred path in a row.
+    probes_ok: u32,
+}
+
+impl PathSel {
+    /// `n` paths (at least one), the first active.
+    pub fn new(n: u8) -> PathSel {
+        PathSel {
+            n: n.max(1),
+            active: 0,
+            lost_ms: None,
+            fresh: true,
+            probes_ok: 0,
+        }
+    }
+
+    pub fn len(&self) -> u8 {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The path new connection sets go to.
+    pub fn active(&self) -> u8 {
+        self.active
+    }
+
+    /// When the active path was lost, if it is.
+    pub fn lost_ms(&self) -> Option<u64> {
+        self.lost_ms
+    }
+
+    /// The active path's set broke (or a reconnect began) at `now`: its failover clock starts,
+    /// unless it runs already.
+    pub fn on_lost(&mut self, now: u64) {
+        self.lost_ms.get_or_insert(now);
+    }
+
+    /// A set on `path` was installed: it serves, and is the active path.
+    pub fn on_installed(&mut self, path: u8) {
+        if path < self.n {
+            self.active = path;
+        }
+        self.lost_ms = None;
+        self.fresh = false;
+        self.probes_ok = 0;
+    }
+
+    /// The budget of a connect attempt on the active path at `now`, given the `full` budget:
+    /// the full one for a path just moved to (or the only path), else what is left of the
+    /// failover time, at least [`MIN_ATTEMPT_MS`]. Counts as the attempt.
+    pub fn attempt_budget_ms(&mut self, now: u64, full: u64, failover_ms: u32) -> u64 {
+        let fresh = core::mem::replace(&mut self.fresh, false);
+        match self.lost_ms {
+            Some(lost) if self.n > 1 && !fresh => {
+                let left = (lost + u64::from(failover_ms)).saturating_sub(now);
+                left.max(MIN_ATTEMPT_MS).min(full)
+            }
+            _ => full,
+        }
+    }
+
+    /// Whether the session should leave the active path at `now`: it has been lost for
+    /// `failover_ms` and there is another. Returns the path to try next.
+    pub fn failover_due(&self, now: u64, failover_ms: u32) -> Option<u8> {
+        match self.lost_ms {
+            Some(lost) if self.n > 1 && now.saturating_sub(lost) >= u64::from(failover_ms) => {
+                Some((self.active + 1) % self.n)
+            }
+            _ => None,
+        }
+    }
+
+    /// Moves to path `to` at `now` (after [`PathSel::failover_due`]): its own failover clock
+    /// starts, and its first attempt gets the full budget.
+    pub fn fail_over(&mut self, to: u8, now: u64) {
+        if to < self.n {
+            self.active = to;
+        }
+        self.lost_ms = Some(now);
+        self.fresh = true;
+        self.probes_ok = 0;
+    }
+
+    /// Whether the preferred path should be probed for a failback: another path serves.
+    pub fn wants_failback_probe(&self) -> bool {
+        self.active != 0 && self.lost_ms.is_none()
+    }
+
+    /// A probe of the preferred path ended `ok`; true when `failback_probes` in a row were
+    /// good: the session should fail back now.
+    pub fn on_probe(&mut self, ok: bool, failback_probes: u32) -> bool {
+        if !self.wants_failback_probe() {
+            self.probes_ok = 0;
+            return false;
+        }
+        self.probes_ok = if ok { self.probes_ok + 1 } else { 0 };
+        self.probes_ok >= failback_probes.max(1)
+    }
+
+    /// A failback's connect failed: the serving path stays, and the probes count again.
+    pub fn failback_failed(&mut self) {
+        self.probes_ok = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_path_never_fails_over() {
+        let mut p = PathSel::new(1);
+        p.on_lost(100);
+        assert_eq!(p.failover_due(1_000_000, 0), None);
+        assert_eq!(p.attempt_budget_ms(1_000_000, 10_000, 0), 10_000);
+        assert!(!p.wants_failback_probe());
+    }
+
+    #[test]
+    fn fails_over_after_the_bound_in_order_round_the_end() {
+        let mut p = PathSel::new(3);
+        p.on_installed(0);
+        p.on_lost(1_000);
+        p.on_lost(2_000); // the clock runs from the first loss
+        assert_eq!(p.failover_due(3_999, 3_000), None);
+        assert_eq!(p.failover_due(4_000, 3_000), Some(1));
+        p.fail_over(1, 4_000);
+        assert_eq!(p.active(), 1);
+        assert_eq!(p.failover_due(6_999, 3_000), None);
+        assert_eq!(p.failover_due(7_000, 3_000), Some(2));
+        p.fail_over(2, 7_000);
+        assert_eq!(p.failover_due(10_000, 3_000), Some(0));
+    }
+
+    #[test]
+    fn a_retried_path_gets_what_is_left_a_new_one_the_full_budget() {
+        let mut p = PathSel::new(2);
+        p.on_installed(0);
+        p.on_lost(1_000);
+        // Retrying the path that was lost: bounded by the failover time.
+        assert_eq!(p.attempt_budget_ms(1_500, 10_000, 3_000), 2_500);
+        assert_eq!(p.attempt_budget_ms(3_900, 10_000, 3_000), MIN_ATTEMPT_MS);
+        p.fail_over(1, 4_000);
+        // The first attempt on the new path: the full budget (a takeover there takes time).
+        assert_eq!(p.attempt_budget_ms(4_000, 10_000, 3_000), 10_000);
+        assert_eq!(p.attempt_budget_ms(5_000, 10_000, 3_000), 2_000);
+        // Never more than the full budget.
+        assert_eq!(p.attempt_budget_ms(5_000, 500, 3_000), 500);
+    }
+
+    #[test]
+    fn installing_ends_the_loss() {
+        let mut p = PathSel::new(2);
+        p.on_lost(0);
+        p.fail_over(1, 5_000);
+        p.on_installed(1);
+        assert_eq!(p.lost_ms(), None);
+        assert_eq!(p.failover_due(1_000_000, 0), None);
+        assert!(p.wants_failback_probe());
+    }
+
+    #[test]
+    fn failback_needs_probes_in_a_row() {
+        let mut p = PathSel::new(2);
+        p.on_installed(1);
+        assert!(!p.on_probe(true, 3));
+        assert!(!p.on_probe(true, 3));
+        assert!(!p.on_probe(false, 3), "a bad probe starts the count again");
+        assert!(!p.on_probe(true, 3));
+        assert!(!p.on_probe(true, 3));
+        assert!(p.on_probe(true, 3));
+        p.failback_failed();
+        assert!(!p.on_probe(true, 3), "a failed failback counts again");
+    }
+
+    #[test]
+    fn no_failback_probe_while_lost_or_on_the_preferred_path() {
+        let mut p = PathSel::new(2);
+        p.on_installed(0);
+        assert!(!p.wants_failback_probe());
+        assert!(!p.on_probe(true, 1));
+        p.on_installed(1);
+        p.on_lost(10);
+        assert!(!p.wants_failback_probe());
+        assert!(!p.on_probe(true, 1));
+    }
+
+    #[test]
+    fn out_of_range_paths_are_ignored() {
+        let mut p = PathSel::new(2);
+        p.on_installed(7);
+        assert_eq!(p.active(), 0);
+        p.fail_over(9, 0);
+        assert_eq!(p.active(), 0);
+    }
+}
