@@ -15,7 +15,7 @@ mod session;
 
 pub(crate) use knobs::ATTRS;
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use kernel::{
     new_condvar, new_mutex, new_spinlock, new_work,
     prelude::*,
@@ -31,7 +31,9 @@ use crate::kapi::blk_mq::{BlkStatus, Disk, Driver, HwQueue, RqRef, TimeoutAction
 use crate::kapi::debugfs;
 use crate::kapi::verbs::DeviceId;
 use crate::kapi::work::{self, ReclaimQueue};
+use crate::paths::Paths;
 use crate::proto::options::DeviceName;
+use crate::proto::paths::PathSel;
 use crate::proto::policy::{Policy, PolicyConfig, SwitchReason, Transport};
 use crate::proto::wire::{ExportName, HelloReply, Opcode};
 use crate::queue::Queue;
@@ -93,9 +95,8 @@ pub(crate) struct DiskParams {
     pub(crate) index: u32,
     pub(crate) name: DeviceName,
     pub(crate) export: ExportName,
-    pub(crate) peer: Peer,
-    /// The target's TCP port (same address as `peer`).
-    pub(crate) tcp_port: u16,
+    /// The targets, in the map's order (the first is preferred).
+    pub(crate) paths: Paths,
     pub(crate) read_only: bool,
     /// Hardware queues in all; the last `nr_poll_queues` of them are poll queues.
     pub(crate) nr_queues: u16,
@@ -160,6 +161,13 @@ pub(crate) struct DiskDev {
     /// Which transport I/O should use, and when to switch.
     #[pin]
     policy: SpinLock<Policy>,
+    /// Which target (path) I/O should use, and when to move (several targets).
+    #[pin]
+    pathsel: SpinLock<PathSel>,
+    /// `path_failover_ms`.
+    path_failover_ms: AtomicU32,
+    /// When the next failback probe of the first target is due (ms, ktime).
+    failback_next_ms: AtomicI64,
     /// The block device; taken out to delete it.
     #[pin]
     disk: Mutex<Option<Disk<DiskDev>>>,
@@ -204,6 +212,7 @@ impl DiskDev {
             queues.push(None, GFP_KERNEL)?;
         }
         let policy = Policy::new(PolicyConfig::default(), now_ms() as u64);
+        let pathsel = PathSel::new(p.paths.len() as u8);
         let faults = Arc::new(Faults::new(), GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
@@ -212,8 +221,7 @@ impl DiskDev {
                 info: DiskInfo {
                     name: p.name,
                     export: p.export,
-                    peer: p.peer,
-                    tcp_port: p.tcp_port,
+                    paths: p.paths,
                     nr_queues: p.nr_queues,
                     nr_poll_queues: p.nr_poll_queues,
                     // Never 0, which is a probe's. A target that has seen this host map the
@@ -257,6 +265,9 @@ impl DiskDev {
                     "rdmadisk::disk::ctrl"
                 ),
                 policy <- new_spinlock!(policy, "rdmadisk::disk::policy"),
+                pathsel <- new_spinlock!(pathsel, "rdmadisk::disk::pathsel"),
+                path_failover_ms: AtomicU32::new(crate::proto::paths::DEFAULT_FAILOVER_MS),
+                failback_next_ms: AtomicI64::new(0),
                 disk <- new_mutex!(None, "rdmadisk::disk::disk"),
                 attach <- new_mutex!(None, "rdmadisk::disk::attach"),
                 attach_cv <- new_condvar!("rdmadisk::disk::attach_cv"),
@@ -278,8 +289,13 @@ impl DiskDev {
         self.info.export
     }
 
+    /// The active target.
     pub(crate) fn peer(&self) -> Peer {
-        self.info.peer
+        self.info.peer()
+    }
+
+    pub(crate) fn paths(&self) -> &Paths {
+        &self.info.paths
     }
 
     pub(crate) fn nr_queues(&self) -> u16 {
@@ -572,7 +588,7 @@ impl DiskDev {
             Transport::Rdma => crate::probe::one_shot(
                 &crate::probe::OneShot {
                     who: self.name(),
-                    peer: self.info.peer,
+                    peer: self.info.peer(),
                     export: self.info.export,
                     keys: self.info.keys(),
                     session_id: self.info.session(),

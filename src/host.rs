@@ -15,6 +15,7 @@ use kernel::sync::Arc;
 use crate::faults::Faults;
 use crate::kapi::blk_mq::Rq;
 use crate::kapi::work::ReclaimQueue;
+use crate::paths::Paths;
 use crate::proto::auth::Secret;
 use crate::proto::credits::CreditSender;
 use crate::proto::options::DeviceName;
@@ -167,6 +168,8 @@ impl core::fmt::Display for QueueName<'_> {
 pub(crate) struct ConnId {
     pub(crate) qid: u16,
     pub(crate) epoch: u32,
+    /// The target it connects to: an index into the disk's [`DiskInfo::paths`].
+    pub(crate) path: u8,
 }
 
 /// Knobs a connection reads at any time (`/sys/block/rdmadiskN/rdmadisk/`).
@@ -183,9 +186,8 @@ pub(crate) struct Knobs {
 pub(crate) struct DiskInfo {
     pub(crate) name: DeviceName,
     pub(crate) export: ExportName,
-    pub(crate) peer: Peer,
-    /// The target's TCP port (same address as `peer`).
-    pub(crate) tcp_port: u16,
+    /// The targets that serve the export, and which one new connection sets go to.
+    pub(crate) paths: Paths,
     /// Hardware queues, and so connections per set, the poll queues included.
     pub(crate) nr_queues: u16,
     /// The last this many queues are blk-mq poll queues: their completions are reaped by the
@@ -275,12 +277,9 @@ impl DiskInfo {
         ro | new
     }
 
-    /// The target's TCP endpoint.
-    pub(crate) fn tcp_peer(&self) -> Peer {
-        Peer {
-            addr: self.peer.addr,
-            port: self.tcp_port,
-        }
+    /// The active target's rdma_cm endpoint (the one new connection sets go to).
+    pub(crate) fn peer(&self) -> Peer {
+        self.paths.addr(self.paths.active()).rdma
     }
 
     pub(crate) fn io_timeout_ms(&self) -> u32 {

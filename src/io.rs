@@ -90,6 +90,7 @@ pub(crate) fn finish(
     op: Opcode,
     resp: &Response,
     via: Via,
+    path: u8,
 ) -> Verdict {
     let stats = &info.stats;
     let bytes = u64::from(rq.bytes());
@@ -102,6 +103,10 @@ pub(crate) fn finish(
     };
     if resp.status != Status::Fenced {
         info.answered.fetch_add(1, Ordering::Relaxed);
+        if posted_ns != 0 {
+            info.paths
+                .note_latency(path, crate::telemetry::now_ns() - posted_ns);
+        }
     }
     let status = match resp.status {
         Status::Ok if op == Opcode::Read => {

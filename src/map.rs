@@ -12,9 +12,9 @@ use crate::kapi::debugfs;
 use crate::kapi::frwr::MR_PAGE_SIZE;
 use crate::kapi::sysfs::ShowBuf;
 use crate::kapi::work::ReclaimQueue;
-use crate::proto::options::{Key, Options, DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT};
+use crate::paths::Paths;
+use crate::proto::options::{Key, Options};
 use crate::proto::wire::{features, SECTOR_SHIFT};
-use crate::rdma_conn::Peer;
 use crate::rdma_queue::{MAX_IO_BYTES, QUEUE_DEPTH};
 
 /// Disks one host maps at most.
@@ -70,9 +70,17 @@ impl DiskTable {
         // client host and export, so a second one would be a second writer the first knows
         // nothing of, and the newer would supersede the older (docs/design.md, "The fence
         // invariant").
-        if let Some(d) = disks.iter().flatten().find(|d| {
-            !p.read_only && !d.read_only && d.peer().addr == p.peer.addr && d.export() == p.export
-        }) {
+        let shares_a_target = |d: &DiskDev| {
+            d.paths()
+                .addrs()
+                .iter()
+                .any(|a| p.paths.addrs().iter().any(|b| a.rdma.addr == b.rdma.addr))
+        };
+        if let Some(d) = disks
+            .iter()
+            .flatten()
+            .find(|d| !p.read_only && !d.read_only && d.export() == p.export && shares_a_target(d))
+        {
             pr_err!(
                 "map_device: export {} at {} is mapped read-write already, as rdmadisk{} ({})\n",
                 p.export,
@@ -141,30 +149,30 @@ impl DiskTable {
     }
 }
 
-/// Handles a `map_device` write: `name= addr= [port=] export= [ro] [queues=] [poll_queues=]
-/// [tcp_port=] [secret= [target_secret=]]`.
+/// Handles a `map_device` write: `name= (addr= [port=] [tcp_port=] | target=ADDR[:PORT[:TCP_PORT]],...)
+/// export= [ro] [queues=] [poll_queues=] [secret= [target_secret=]]`.
 pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
     let opts = Options::parse(input)
         .and_then(|o| {
-            o.require(&[Key::Name, Key::Addr, Key::Export])?;
+            o.require(&[Key::Name, Key::Export])?;
             Ok(o)
         })
         .map_err(|e| {
             pr_err!("map_device: {e}\n");
             EINVAL
         })?;
-    let (Some(name), Some(addr), Some(export)) = (opts.name, opts.addr, opts.export) else {
+    let targets = opts.target_list().map_err(|e| {
+        pr_err!("map_device: {e}\n");
+        EINVAL
+    })?;
+    let (Some(name), Some(export)) = (opts.name, opts.export) else {
         return Err(EINVAL);
     };
     let params = DiskParams {
         index: 0,
         name,
         export,
-        peer: Peer {
-            addr,
-            port: opts.port.unwrap_or(DEFAULT_RDMA_PORT),
-        },
-        tcp_port: opts.tcp_port.unwrap_or(DEFAULT_TCP_PORT),
+        paths: Paths::new(&targets),
         read_only: opts.read_only,
         secret: opts.secret,
         target_secret: opts.target_secret,

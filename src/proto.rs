@@ -24,6 +24,8 @@ pub(crate) mod histogram;
 pub(crate) mod knobs;
 #[path = "../userspace-tools/rdmadisk-proto/src/options.rs"]
 pub(crate) mod options;
+#[path = "../userspace-tools/rdmadisk-proto/src/paths.rs"]
+pub(crate) mod paths;
 #[path = "../userspace-tools/rdmadisk-proto/src/policy.rs"]
 pub(crate) mod policy;
 #[path = "../userspace-tools/rdmadisk-proto/src/tags.rs"]

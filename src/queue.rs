@@ -95,6 +95,14 @@ impl Queue {
         }
     }
 
+    /// Requests on the connection now.
+    pub(crate) fn in_flight(&self) -> u32 {
+        match self {
+            Queue::Rdma(q) => q.in_flight(),
+            Queue::Tcp(q) => q.in_flight(),
+        }
+    }
+
     /// Largest request the connection can carry (RDMA: what its MRs map).
     pub(crate) fn max_io_bytes(&self) -> u32 {
         match self {

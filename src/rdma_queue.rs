@@ -265,7 +265,7 @@ impl RdmaQueue {
         let depth = u32::from(QUEUE_DEPTH);
         let spec = ConnSpec {
             who: info.name(),
-            peer: info.peer,
+            peer: info.paths.addr(id.path).rdma,
             export: info.export,
             queue_id: id.qid,
             queue_count: info.nr_queues,
@@ -1005,7 +1005,15 @@ impl RdmaQueue {
         let Some(d) = done else {
             return;
         };
-        if io::finish(self.host.info(), d.rq, d.op, &d.resp, Via::Rdma) == io::Verdict::Superseded {
+        if io::finish(
+            self.host.info(),
+            d.rq,
+            d.op,
+            &d.resp,
+            Via::Rdma,
+            self.id.path,
+        ) == io::Verdict::Superseded
+        {
             self.fail("the target fenced this connection: a newer one superseded it");
         }
     }
@@ -1141,5 +1149,10 @@ impl RdmaQueue {
     /// True if the connection failed or is gone.
     pub(crate) fn is_failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Requests on the connection now.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.inner.lock().tags.in_flight() as u32
     }
 }

@@ -22,6 +22,7 @@ mod faults;
 mod host;
 mod io;
 mod map;
+mod paths;
 mod probe;
 mod proto;
 mod queue;

@@ -109,6 +109,13 @@ counters! {
     fast_io_fails,
     /// Times the disk grew to a capacity the target reported (online resize).
     resizes,
+    /// Times the disk moved from a lost target to the next (several targets).
+    path_failovers,
+    /// Times it moved back to the first target once that answered again.
+    path_failbacks,
+    /// Probes of the first target while another served, and those that failed.
+    path_probes,
+    path_probe_failures,
 }
 
 impl Stats {

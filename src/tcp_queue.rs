@@ -281,8 +281,8 @@ fn hello_msg(d: &DiskInfo, id: ConnId) -> Hello {
 /// Connects to `d`'s target over TCP within `budget_ms`: without a key, from a reserved port
 /// (docs/design.md, "Access control"; only the kernel or root can have one); with one, the
 /// proofs vouch for the host, and any port does.
-fn dial(d: &DiskInfo, who: QueueName<'_>, budget_ms: u32) -> Result<Socket> {
-    let peer = d.tcp_peer();
+fn dial(d: &DiskInfo, path: u8, who: QueueName<'_>, budget_ms: u32) -> Result<Socket> {
+    let peer = d.paths.addr(path).tcp();
     let budget_ms = budget_ms.max(1);
     if d.keys().is_some() {
         Socket::connect(peer.addr, peer.port, 0, budget_ms)
@@ -297,8 +297,12 @@ fn dial(d: &DiskInfo, who: QueueName<'_>, budget_ms: u32) -> Result<Socket> {
 /// Attaches connection `id` of `d` on `sock`: the Hello and its reply, then the
 /// authentication, both ways, if either side has a key.
 fn attach(d: &DiskInfo, id: ConnId, sock: &Socket) -> Result<HelloReply> {
+    attach_as(d, id, sock, hello_msg(d, id))
+}
+
+/// As [`attach`], with `hello` (a probe's, of session 0).
+fn attach_as(d: &DiskInfo, id: ConnId, sock: &Socket, hello: Hello) -> Result<HelloReply> {
     let who = QueueName(d.name(), id.qid);
-    let hello = hello_msg(d, id);
     let out: [u8; FRAME_HEADER_LEN + HELLO_LEN] = frame(FrameKind::Hello, &hello.to_bytes(), 0);
     sock.send(&out, false, false)?;
     let mut buf = [0u8; FRAME_HEADER_LEN + HELLO_REPLY_LEN];
@@ -312,7 +316,7 @@ fn attach(d: &DiskInfo, id: ConnId, sock: &Socket) -> Result<HelloReply> {
     let Some(reply) = parsed else {
         pr_err!(
             "{who}: no valid Hello reply over TCP from {}\n",
-            d.tcp_peer()
+            d.paths.addr(id.path).tcp()
         );
         return Err(errno(kb::EPROTO));
     };
@@ -336,7 +340,7 @@ fn attach(d: &DiskInfo, id: ConnId, sock: &Socket) -> Result<HelloReply> {
         return Err(errno(kb::ECONNREFUSED));
     }
     if let Some(keys) = authn::needed(who, d.export, d.keys(), &reply)? {
-        authenticate(d, who, sock, keys, &hello, &reply)?;
+        authenticate(d, id.path, who, sock, keys, &hello, &reply)?;
     }
     Ok(reply)
 }
@@ -346,6 +350,7 @@ fn attach(d: &DiskInfo, id: ConnId, sock: &Socket) -> Result<HelloReply> {
 /// if the target denies our key or does not prove its own.
 fn authenticate(
     d: &DiskInfo,
+    path: u8,
     who: QueueName<'_>,
     sock: &Socket,
     keys: authn::Keys<'_>,
@@ -353,7 +358,7 @@ fn authenticate(
     reply: &HelloReply,
 ) -> Result {
     let (local_addr, local_port) = sock.local()?;
-    let peer = d.tcp_peer();
+    let peer = d.paths.addr(path).tcp();
     let proof = authn::prove(
         keys,
         hello,
@@ -381,13 +386,32 @@ fn authenticate(
     authn::check(who, &proof, &answer, Some(&d.stale_floor))
 }
 
-/// A connection of `d`'s session, as connection set `epoch`, made for one data-less request
-/// (`op`: the `Close` of a normal unmap), which must be answered Ok. May sleep.
-pub(crate) fn one_shot(d: &DiskInfo, epoch: u32, op: Opcode, budget_ms: u32) -> Result {
-    let id = ConnId { qid: 0, epoch };
+/// Probes `d`'s target `path` over TCP within `budget_ms`: connects as a probe (session 0,
+/// which no fence and no gateway's lock takes notice of), authenticating as the disk does, and
+/// checks that a `Nop` is answered. May sleep.
+pub(crate) fn probe(d: &DiskInfo, path: u8, budget_ms: u32) -> Result {
+    let id = ConnId {
+        qid: 0,
+        epoch: 0,
+        path,
+    };
     let who = QueueName(d.name(), 0);
-    let sock = dial(d, who, budget_ms)?;
-    attach(d, id, &sock)?;
+    let sock = dial(d, path, who, budget_ms)?;
+    let hello = Hello {
+        flags: 0,
+        queue_id: 0,
+        queue_count: 1,
+        recv_credits: QUEUE_DEPTH,
+        session_id: 0,
+        epoch: 0,
+        export: d.export,
+    };
+    attach_as(d, id, &sock, hello)?;
+    request_once(who, &sock, Opcode::Nop)
+}
+
+/// Sends one data-less request `op` on `sock` and waits for its answer, which must be Ok.
+fn request_once(who: QueueName<'_>, sock: &Socket, op: Opcode) -> Result {
     let req = Request::bare(op, 0);
     let out: [u8; FRAME_HEADER_LEN + REQUEST_LEN] = frame(FrameKind::Request, &req.to_bytes(), 0);
     sock.send(&out, false, false)?;
@@ -407,6 +431,21 @@ pub(crate) fn one_shot(d: &DiskInfo, epoch: u32, op: Opcode, budget_ms: u32) -> 
         }
         None => Err(errno(kb::EPROTO)),
     }
+}
+
+/// A connection of `d`'s session, as connection set `epoch`, made for one data-less request
+/// (`op`: the `Close` of a normal unmap), which must be answered Ok. May sleep.
+pub(crate) fn one_shot(d: &DiskInfo, epoch: u32, op: Opcode, budget_ms: u32) -> Result {
+    let path = d.paths.active();
+    let id = ConnId {
+        qid: 0,
+        epoch,
+        path,
+    };
+    let who = QueueName(d.name(), 0);
+    let sock = dial(d, path, who, budget_ms)?;
+    attach(d, id, &sock)?;
+    request_once(who, &sock, op)
 }
 
 impl TcpQueue {
@@ -456,7 +495,7 @@ impl TcpQueue {
             }),
             GFP_KERNEL,
         )?;
-        let mut sock = dial(disk, QueueName(disk.name(), qid), budget_ms)?;
+        let mut sock = dial(disk, id.path, QueueName(disk.name(), qid), budget_ms)?;
         let reply = attach(disk, id, &sock)?;
         sock.set_timeout_ms(disk.io_timeout_ms());
         let ka = disk.keepalive_ms();
@@ -873,8 +912,14 @@ impl TcpQueue {
         }
         g.credits.complete();
         drop(g);
-        if io::finish(self.host.info(), io.rq, io.req.opcode, resp, Via::Tcp)
-            == io::Verdict::Superseded
+        if io::finish(
+            self.host.info(),
+            io.rq,
+            io.req.opcode,
+            resp,
+            Via::Tcp,
+            self.id.path,
+        ) == io::Verdict::Superseded
         {
             self.fail("the target fenced this connection: a newer one superseded it");
         }
@@ -930,6 +975,11 @@ impl TcpQueue {
     /// True if the connection failed or is gone.
     pub(crate) fn is_failed(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Requests on the connection now.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.inner.lock().tags.in_flight() as u32
     }
 
     /// Closes the connection and hands every request that was on it to `dispose`; none of

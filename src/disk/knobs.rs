@@ -32,6 +32,19 @@ fn parse_number(who: &str, knob: &str, values: Values, input: &[u8]) -> Result<u
     }
 }
 
+/// ` down_ms=N` after a path given up N ms ago; nothing for a negative N.
+struct DownFor(i64);
+
+impl core::fmt::Display for DownFor {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.0 >= 0 {
+            write!(f, " down_ms={}", self.0)
+        } else {
+            Ok(())
+        }
+    }
+}
+
 fn show_value(out: &mut ShowBuf<'_>, v: impl core::fmt::Display) -> Result {
     writeln!(out, "{v}").map_err(|_| EFBIG)
 }
@@ -54,16 +67,109 @@ impl DiskDev {
         show_value(out, self.info.export)
     }
 
+    /// The active target's rdma_cm endpoint (`paths` lists them all).
     fn show_address(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.info.peer)
+        show_value(out, self.info.peer())
     }
 
     fn show_port(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.info.peer.port)
+        show_value(out, self.info.peer().port)
     }
 
     fn show_tcp_port(&self, out: &mut ShowBuf<'_>) -> Result {
-        show_value(out, self.info.tcp_port)
+        show_value(out, self.info.paths.addr(self.info.paths.active()).tcp_port)
+    }
+
+    /// One line per target, in the map's order: `INDEX ADDR:PORT tcp_port=N state=S
+    /// transport=T inflight=N latency_us=N failures=N`. `state` is `active` (it carries the
+    /// I/O), `connecting` (active, no set up yet), `down` (given up, not served since) or
+    /// `standby`; `transport` is the active set's (`none` otherwise); `inflight` counts the
+    /// requests on its connections now; `latency_us` is the moving average of its requests'
+    /// round trips (0: none yet).
+    fn show_paths(&self, out: &mut ShowBuf<'_>) -> Result {
+        let active = self.info.paths.active();
+        let transport = match self.state() {
+            State::Live => self.installed(),
+            _ => None,
+        };
+        // Each connection's lock is taken apart from the disk's.
+        let inflight: u32 = (0..u32::from(self.info.nr_queues))
+            .filter_map(|hw| self.queue(hw))
+            .map(|q| q.in_flight())
+            .sum();
+        let now = crate::host::now_ms();
+        for (i, a) in self.info.paths.addrs().iter().enumerate() {
+            let i = i as u8;
+            let (failures, down_ms, lat_us) = self.info.paths.seen(i);
+            let is_active = i == active;
+            let state = match (is_active, transport.is_some(), down_ms) {
+                (true, true, _) => "active",
+                (true, false, _) => "connecting",
+                (false, _, d) if d != 0 => "down",
+                _ => "standby",
+            };
+            let t = match transport.filter(|_| is_active) {
+                Some(Transport::Rdma) => "rdma",
+                Some(Transport::Tcp) => "tcp",
+                None => "none",
+            };
+            writeln!(
+                out,
+                "{i} {} tcp_port={} state={state} transport={t} inflight={} latency_us={lat_us} failures={failures}{}",
+                a.rdma,
+                a.tcp_port,
+                if is_active { inflight } else { 0 },
+                if down_ms != 0 && !is_active {
+                    DownFor(now - down_ms)
+                } else {
+                    DownFor(-1)
+                }
+            )
+            .map_err(|_| EFBIG)?;
+        }
+        Ok(())
+    }
+
+    /// The index of the target new connection sets go to, and its address.
+    fn show_active_path(&self, out: &mut ShowBuf<'_>) -> Result {
+        let i = self.info.paths.active();
+        writeln!(out, "{i} {}", self.info.paths.addr(i).rdma).map_err(|_| EFBIG)
+    }
+
+    fn show_path_policy(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, "failover")
+    }
+
+    fn store_path_policy(self: &Arc<Self>, input: &[u8]) -> Result {
+        let word = input.trim_ascii();
+        if word != b"failover"
+            && knobs::PATH_POLICY_WORDS
+                .iter()
+                .any(|w| w.as_bytes() == word)
+        {
+            pr_err!(
+                "{}: path_policy: only failover is supported: a read-write RBD image has one writer gateway at a time, and spreading I/O over several would move its lock back and forth\n",
+                self.name()
+            );
+            return Err(EINVAL);
+        }
+        parse(self.name(), "path_policy", knobs::PATH_POLICY, input).map(|_| ())
+    }
+
+    fn show_path_failover(&self, out: &mut ShowBuf<'_>) -> Result {
+        show_value(out, self.path_failover_ms())
+    }
+
+    fn store_path_failover(self: &Arc<Self>, input: &[u8]) -> Result {
+        let ms = parse_number(
+            self.name(),
+            "path_failover_ms",
+            knobs::PATH_FAILOVER_MS,
+            input,
+        )?;
+        self.path_failover_ms.store(ms, Ordering::Relaxed);
+        self.kick();
+        Ok(())
     }
 
     /// The map's `queues=`: the interrupt-driven hardware queues.
@@ -393,6 +499,19 @@ telemetry_files! {
     T_TCP_WRITE_ZEROES: "telemetry_tcp_write_zeroes", Tcp, WriteZeroes;
 }
 
+static PATHS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("paths"), DiskDev::show_paths);
+static ACTIVE_PATH: DiskAttr<DiskDev> =
+    DiskAttr::ro(c_str!("active_path"), DiskDev::show_active_path);
+static PATH_POLICY: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("path_policy"),
+    DiskDev::show_path_policy,
+    DiskDev::store_path_policy,
+);
+static PATH_FAILOVER: DiskAttr<DiskDev> = DiskAttr::rw(
+    c_str!("path_failover_ms"),
+    DiskDev::show_path_failover,
+    DiskDev::store_path_failover,
+);
 static TELEMETRY: DiskAttr<DiskDev> = DiskAttr::rw(
     c_str!("telemetry"),
     DiskDev::show_telemetry,
@@ -508,6 +627,10 @@ pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &FAILOVER_WINDOW,
     &FAILBACK_PROBES,
     &PROBE_INTERVAL,
+    &PATHS,
+    &ACTIVE_PATH,
+    &PATH_POLICY,
+    &PATH_FAILOVER,
     &TELEMETRY,
     &TELEMETRY_RESET,
     &T_RDMA_READ,

@@ -63,6 +63,8 @@ fn other(t: Transport) -> Transport {
 
 /// A connected set, not yet installed.
 struct Set {
+    /// The target it is connected to.
+    path: u8,
     queues: KVec<Option<Queue>>,
     reply: HelloReply,
     max_io_bytes: u32,
@@ -106,6 +108,9 @@ impl DiskDev {
                     self.apply_capacity();
                     self.check_connections();
                     let check_ms = self.check_interval_ms();
+                    if self.failback_tick(t) {
+                        continue;
+                    }
                     if pstate == PState::Probing {
                         self.probe_tick(check_ms);
                     } else if self.outage_open() {
@@ -116,6 +121,9 @@ impl DiskDev {
                     }
                 }
                 installed => {
+                    if installed.is_none() {
+                        self.pathsel.lock().on_lost(now_ms() as u64);
+                    }
                     match self.bring_up(want) {
                         Ok(()) => {
                             backoff = BACKOFF_FIRST_MS;
@@ -126,6 +134,12 @@ impl DiskDev {
                         Err(_) => {}
                     }
                     if installed.is_none() && self.fall_back(want).is_ok() {
+                        backoff = BACKOFF_FIRST_MS;
+                        continue;
+                    }
+                    // Several targets: one lost for `path_failover_ms` is left for the next,
+                    // which is tried at once.
+                    if installed.is_none() && self.fail_over_path() {
                         backoff = BACKOFF_FIRST_MS;
                         continue;
                     }
@@ -212,6 +226,7 @@ impl DiskDev {
     /// Connects a whole set on `t` as `epoch` within `budget_ms` (all or none).
     fn connect_set(self: &Arc<Self>, t: Transport, epoch: u32, budget_ms: u32) -> Result<Set> {
         let host: Arc<dyn QueueHost> = self.clone();
+        let path = self.pathsel.lock().active();
         let deadline = now_ms() + i64::from(budget_ms);
         let n = usize::from(self.info.nr_queues);
         let mut queues = KVec::with_capacity(n, GFP_KERNEL)?;
@@ -226,7 +241,7 @@ impl DiskDev {
                 // One connection never takes more than its own budget: a target that accepts
                 // but never answers must not hold the session for the whole set's.
                 let budget = left.min(i64::from(CONNECT_BUDGET_MS)) as u32;
-                let (q, reply) = Queue::connect(&host, ConnId { qid, epoch }, t, budget)?;
+                let (q, reply) = Queue::connect(&host, ConnId { qid, epoch, path }, t, budget)?;
                 max_io = max_io.min(q.max_io_bytes());
                 // Room for `n` was reserved above.
                 if let Err(e) = queues.push(Some(q.clone()), GFP_KERNEL) {
@@ -239,11 +254,13 @@ impl DiskDev {
         })();
         let checked = res.and_then(|()| {
             let reply = first.ok_or(EINVAL)?;
+            self.check_gateway(&reply, path)?;
             self.check_reply(&reply, max_io)?;
             Ok(reply)
         });
         match checked {
             Ok(reply) => Ok(Set {
+                path,
                 queues,
                 reply,
                 max_io_bytes: max_io,
@@ -359,6 +376,7 @@ impl DiskDev {
     /// Puts `set` (of epoch `epoch`) in place of the installed one, then tears the old one
     /// down, reissuing its requests (make-before-break). Returns whether the set is live.
     fn install(&self, set: Set, epoch: u32, t: Transport) -> bool {
+        let set_path = set.path;
         let (old_set, was) = {
             let mut c = self.ctrl.lock();
             if matches!(c.state, State::Deleting { .. } | State::Failed) {
@@ -366,6 +384,9 @@ impl DiskDev {
             } else {
                 let old = core::mem::replace(&mut c.queues, set.queues);
                 c.epoch = epoch;
+                self.pathsel.lock().on_installed(set.path);
+                self.info.paths.set_active(set.path);
+                self.info.paths.note_up(set.path);
                 let was = c.state;
                 c.state = State::Live;
                 c.fast_fail = false;
@@ -410,7 +431,7 @@ impl DiskDev {
                 pr_info!(
                     "{}: reconnected to {} over {} after {} ms\n",
                     self.name(),
-                    self.info.peer,
+                    self.info.paths.addr(set_path).rdma,
                     transport_name(t),
                     now_ms() - since_ms
                 );
@@ -429,6 +450,12 @@ impl DiskDev {
     /// deadline while reconnecting.
     fn budget_ms(&self) -> u32 {
         let full = CONNECT_BUDGET_MS.saturating_mul(u32::from(self.info.nr_queues));
+        // With several targets, a lost one is retried only until `path_failover_ms`.
+        let full = self.pathsel.lock().attempt_budget_ms(
+            now_ms() as u64,
+            u64::from(full),
+            self.path_failover_ms(),
+        ) as u32;
         match self.state() {
             State::Reconnecting { since_ms } => match self.loss_ms() {
                 Some(loss_ms) => {
@@ -505,7 +532,7 @@ impl DiskDev {
             }
             r
         };
-        let res = match connect(Transport::Rdma) {
+        let on_path = || match connect(Transport::Rdma) {
             Ok(set) => Ok((set, Transport::Rdma)),
             Err(e) if e == errno(kernel::bindings::ECONNREFUSED) || e == estale => Err(e),
             Err(e) => {
@@ -524,6 +551,28 @@ impl DiskDev {
                 }
             }
         };
+        // Several targets: the first that attaches serves; the map fails with the first
+        // target's error only if none does. A refusal is final only for that target: another
+        // gateway may serve. A target that is not a gateway of a shared store is final for the
+        // map (`EINVAL`), as is a fence that refuses the session (`ESTALE`).
+        let n = self.info.paths.len() as u8;
+        let mut res = on_path();
+        for path in 1..n {
+            match res {
+                Err(e) if e != estale && e != EINVAL && !self.deleting() => {
+                    pr_warn!(
+                        "{}: target {} did not attach ({e:?}); trying {}\n",
+                        self.name(),
+                        self.info.paths.addr(path - 1).rdma,
+                        self.info.paths.addr(path).rdma
+                    );
+                    self.pathsel.lock().fail_over(path, now_ms() as u64);
+                    self.info.paths.note_down(path - 1, now_ms());
+                    res = on_path().map_err(|_| e);
+                }
+                _ => break,
+            }
+        }
         let outcome = res.and_then(|(set, t)| {
             // Attached: from now on the disk's Hellos continue its session.
             self.info
@@ -819,6 +868,150 @@ impl DiskDev {
         true
     }
 
+    /// `path_failover_ms`.
+    pub(super) fn path_failover_ms(&self) -> u32 {
+        self.path_failover_ms
+            .load(core::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A disk with several targets writes through gateways of one shared store (docs/design.md,
+    /// "Several gateways"): a read-write mapping needs every target to say it is one
+    /// (`features::GATEWAY`: it takes the store's writer lock over, fencing the previous
+    /// gateway). Two targets of a local file would be two stores; read-only, the user vouches
+    /// that they serve the same data, and the capacity and block sizes are checked as for any
+    /// reconnect.
+    fn check_gateway(&self, reply: &HelloReply, path: u8) -> Result {
+        if self.info.paths.len() < 2 || self.read_only || reply.features & features::GATEWAY != 0 {
+            return Ok(());
+        }
+        pr_err!(
+            "{}: target {} does not serve export {} as a gateway of a shared store (features {:#x}): several targets may map it only read-only (two gateways cannot share a local file; an RBD export needs gateway = true at every target)\n",
+            self.name(),
+            self.info.paths.addr(path).rdma,
+            self.info.export,
+            reply.features
+        );
+        Err(EINVAL)
+    }
+
+    /// With several targets and the active one lost for `path_failover_ms`: moves to the next
+    /// one (docs/design.md, "Several gateways"). True if it did. The requests wait in blk-mq
+    /// meanwhile, as for any reconnect; the loss timeout runs on from the first loss.
+    fn fail_over_path(&self) -> bool {
+        let now = now_ms() as u64;
+        let (from, to) = {
+            let mut p = self.pathsel.lock();
+            let Some(to) = p.failover_due(now, self.path_failover_ms()) else {
+                return false;
+            };
+            let from = p.active();
+            p.fail_over(to, now);
+            (from, to)
+        };
+        self.info.paths.note_down(from, now as i64);
+        self.info.paths.set_active(to);
+        Stats::inc(&self.info.stats.path_failovers);
+        pr_warn!(
+            "{}: target {} lost for {} ms (path_failover_ms): moving to target {}\n",
+            self.name(),
+            self.info.paths.addr(from).rdma,
+            self.path_failover_ms(),
+            self.info.paths.addr(to).rdma
+        );
+        true
+    }
+
+    /// While a target other than the first serves: probes the first at the probe interval
+    /// (a connection of its own, session 0: never fenced, and no gateway takes a lock for it),
+    /// and after `failback_probes` good ones in a row connects a set there on `t` while the
+    /// serving set carries I/O, then swaps (make-before-break). True if the disk failed back.
+    /// A failed connect leaves the serving set alone: a healthy path is never reset for a
+    /// failback that cannot complete.
+    fn failback_tick(self: &Arc<Self>, t: Transport) -> bool {
+        let cfg = self.policy.lock().config();
+        let now = now_ms();
+        {
+            let p = self.pathsel.lock();
+            if !p.wants_failback_probe() {
+                return false;
+            }
+        }
+        if now
+            < self
+                .failback_next_ms
+                .load(core::sync::atomic::Ordering::Relaxed)
+        {
+            return false;
+        }
+        self.failback_next_ms.store(
+            now + cfg.probe_interval_ms as i64,
+            core::sync::atomic::Ordering::Relaxed,
+        );
+        let budget = cfg
+            .probe_interval_ms
+            .clamp(PROBE_BUDGET_MIN_MS, PROBE_BUDGET_MAX_MS) as u32;
+        let first = self.info.paths.addr(0);
+        let ok = match t {
+            Transport::Rdma => probe::run(
+                self.name(),
+                first.rdma,
+                self.info.export,
+                self.info.keys(),
+                budget,
+                false,
+            )
+            .is_ok(),
+            Transport::Tcp => crate::tcp_queue::probe(&self.info, 0, budget).is_ok(),
+        };
+        Stats::inc(&self.info.stats.path_probes);
+        if !ok {
+            Stats::inc(&self.info.stats.path_probe_failures);
+        }
+        if !self.pathsel.lock().on_probe(ok, cfg.failback_probes) {
+            return false;
+        }
+        let from = self.pathsel.lock().active();
+        pr_info!(
+            "{}: target {} answered {} probes in a row: failing back to it from {}\n",
+            self.name(),
+            first.rdma,
+            cfg.failback_probes,
+            self.info.paths.addr(from).rdma
+        );
+        let epoch = self.next_epoch();
+        // The set goes to the first target; the serving one stays active until it is swapped.
+        let res = {
+            let mut p = self.pathsel.lock();
+            p.fail_over(0, now_ms() as u64);
+            drop(p);
+            let r = self.connect_set(t, epoch, self.budget_ms());
+            if r.is_err() {
+                let mut p = self.pathsel.lock();
+                p.on_installed(from);
+                p.failback_failed();
+            }
+            r
+        };
+        match res {
+            Ok(set) => {
+                if self.install(set, epoch, t) {
+                    Stats::inc(&self.info.stats.path_failbacks);
+                    pr_info!("{}: failed back to target {}\n", self.name(), first.rdma);
+                }
+                true
+            }
+            Err(e) => {
+                pr_warn!(
+                    "{}: failing back to target {} failed ({e:?}); target {} serves on\n",
+                    self.name(),
+                    first.rdma,
+                    self.info.paths.addr(from).rdma
+                );
+                false
+            }
+        }
+    }
+
     /// On TCP with RDMA possible: waits for the next probe, sends it, reports the result. The
     /// probe is a connection of its own, outside the disk's set, so whatever happens to it
     /// leaves the serving connections alone.
@@ -833,7 +1026,7 @@ impl DiskDev {
         let ok = !self.info.faults.hit(Fault::FailConnect)
             && probe::run(
                 self.name(),
-                self.info.peer,
+                self.info.peer(),
                 self.info.export,
                 self.info.keys(),
                 budget,

@@ -168,7 +168,8 @@ dk_dev_of() { # dk_dev_of NAME: the block device (rdmadiskN) mapped under NAME, 
   on compute "while read -r d n _; do [ \"\$n\" = '$1' ] && echo \$d; done 2>/dev/null <$DK_CTL/devices; true"
 }
 
-# dk_map_disk NAME EXPORT [MORE-OPTIONS]: maps, checks /dev/<dev> and state "live", sets
+# dk_map_disk NAME EXPORT [MORE-OPTIONS]: maps (at addr=$DK_S, or DK_TARGETS if set, e.g.
+# "target=A:P:T,B:P:T"), checks /dev/<dev> and state "live", sets
 # io_timeout_ms to DK_IO_TIMEOUT_MS, and sets DK_DEV; prints the map output indented on failure.
 # Status 0 if the disk is usable.
 # Soft-RoCE under TCG moves 1-3 MB/s, so 2 jobs x 16 requests of up to 1 MiB queue at the target
@@ -178,7 +179,7 @@ DK_IO_TIMEOUT_MS=${DK_IO_TIMEOUT_MS:-120000}
 dk_map_disk() {
   local out
   DK_DEV=
-  if ! out=$(dk_map "name=$1 addr=$DK_S export=$2${3:+ $3}"); then
+  if ! out=$(dk_map "name=$1 ${DK_TARGETS:-addr=$DK_S} export=$2${3:+ $3}"); then
     printf '%s\n' "$out" | indent
     return 1
   fi
