@@ -155,8 +155,12 @@ struct MapArgs {
     #[arg(long)]
     name: String,
     /// The target's IPv4 address
-    #[arg(long, value_name = "IP")]
-    addr: String,
+    #[arg(long, value_name = "IP", required_unless_present = "target")]
+    addr: Option<String>,
+    /// Instead of --addr: 1 to 4 targets (gateways of a shared store) as
+    /// ADDR[:PORT[:TCP_PORT]],... in order of preference; the disk fails over between them
+    #[arg(long, value_name = "LIST", conflicts_with = "addr")]
+    target: Option<String>,
     /// The export to attach
     #[arg(long)]
     export: String,
@@ -239,7 +243,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Map(a) => {
             let req = map::MapRequest {
                 name: a.name,
-                addr: a.addr,
+                addr: a.addr.unwrap_or_default(),
+                target: a.target,
                 export: a.export,
                 port: a.port,
                 tcp_port: a.tcp_port,

@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use rdmadisk_proto::auth::{parse_then_wipe, wipe, SECRET_MAX, SECRET_MIN};
-use rdmadisk_proto::options::{Key, OptionError, Options, DEVICE_NAME_MAX, MAX_QUEUES};
+use rdmadisk_proto::options::{
+    Key, OptionError, Options, DEVICE_NAME_MAX, MAX_QUEUES, MAX_TARGETS,
+};
 use rdmadisk_proto::wire::EXPORT_NAME_MAX;
 
 use crate::disk::{self, Disk};
@@ -17,6 +19,8 @@ use crate::sysfs::{self, Sysfs};
 pub struct MapRequest {
     pub name: String,
     pub addr: String,
+    /// `target=`: several targets, in place of `addr`.
+    pub target: Option<String>,
     pub export: String,
     pub port: Option<String>,
     pub tcp_port: Option<String>,
@@ -104,7 +108,10 @@ impl MapRequest {
     fn pairs(&self) -> Vec<(Key, &str)> {
         let mut v = vec![
             (Key::Name, self.name.as_str()),
-            (Key::Addr, self.addr.as_str()),
+            match &self.target {
+                Some(t) => (Key::Target, t.as_str()),
+                None => (Key::Addr, self.addr.as_str()),
+            },
             (Key::Export, self.export.as_str()),
         ];
         let optional = [
@@ -200,6 +207,10 @@ pub fn rule(key: Key) -> String {
             MAX_QUEUES - 1
         ),
         Key::Ro => "no value".to_owned(),
+        Key::Target => format!(
+            "1 to {MAX_TARGETS} targets as ADDR[:PORT[:TCP_PORT]], comma-separated, each address \
+             as for addr and each port from 1 to 65535, no target twice"
+        ),
         Key::Secret | Key::TargetSecret => format!(
             "a key file of {} to {} hex digits (an even number)",
             SECRET_MIN * 2,
@@ -298,6 +309,27 @@ mod tests {
             full.shown(),
             "name=d1 addr=192.0.2.2 export=vol0 port=7700 tcp_port=7701 queues=2 \
              poll_queues=1 secret=<hidden> ro"
+        );
+    }
+
+    #[test]
+    fn several_targets_go_in_place_of_addr() {
+        let r = MapRequest {
+            addr: String::new(),
+            target: Some("192.0.2.2,192.0.2.3:7710:7711".into()),
+            ..req()
+        };
+        assert_eq!(
+            &*r.line().unwrap(),
+            "name=d1 target=192.0.2.2,192.0.2.3:7710:7711 export=vol0"
+        );
+        let bad = err(MapRequest {
+            target: Some("192.0.2.2,,192.0.2.3".into()),
+            ..r
+        });
+        assert!(
+            bad.contains("'target'") && bad.contains("comma-separated"),
+            "{bad}"
         );
     }
 

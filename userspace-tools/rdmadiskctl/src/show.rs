@@ -26,7 +26,14 @@ const IDENTITY: &[&str] = &[
     "secret",
 ];
 /// How the disk is doing now.
-const STATUS: &[&str] = &["state", "active_transport", "session", "last_switch"];
+const STATUS: &[&str] = &[
+    "state",
+    "active_transport",
+    "session",
+    "last_switch",
+    "active_path",
+    "paths",
+];
 
 /// `show --json` prints one object of file name to value (as the module writes it, without
 /// its newline), grouped; a file the module does not have is left out:
@@ -115,7 +122,18 @@ pub fn text(s: &Shown) -> String {
         let known = order.iter().filter_map(|k| m.get_key_value(*k));
         let rest = m.iter().filter(|(k, _)| !order.contains(&k.as_str()));
         for (k, v) in known.chain(rest) {
-            rows.push([format!("  {k}"), v.clone()]);
+            // A file of several lines (`paths`: one per target) shows a row per line.
+            for (i, line) in v.lines().enumerate() {
+                let key = if i == 0 {
+                    format!("  {k}")
+                } else {
+                    String::new()
+                };
+                rows.push([key, line.to_owned()]);
+            }
+            if v.is_empty() {
+                rows.push([format!("  {k}"), String::new()]);
+            }
         }
     };
     let knob_order: Vec<&str> = KNOBS.iter().map(|k| k.name).collect();
@@ -144,6 +162,10 @@ mod tests {
             ("port", "7700"),
             ("state", "live"),
             ("session", "rdma"),
+            (
+                "paths",
+                "0 192.0.2.2:7700 state=active\n1 192.0.2.3:7700 state=standby",
+            ),
             ("max_credits", "32"),
             ("transport", "auto"),
             ("stats", "reads=1"),
@@ -167,7 +189,14 @@ mod tests {
             Shown {
                 disk: "rdmadisk0".into(),
                 identity: m(&[("name", "d1"), ("port", "7700")]),
-                status: m(&[("state", "live"), ("session", "rdma")]),
+                status: m(&[
+                    ("state", "live"),
+                    ("session", "rdma"),
+                    (
+                        "paths",
+                        "0 192.0.2.2:7700 state=active\n1 192.0.2.3:7700 state=standby"
+                    )
+                ]),
                 knobs: m(&[
                     ("max_credits", "32"),
                     ("transport", "auto"),
@@ -185,6 +214,8 @@ mod tests {
              status:\n\
              \x20 state        live\n\
              \x20 session      rdma\n\
+             \x20 paths        0 192.0.2.2:7700 state=active\n\
+             \x20              1 192.0.2.3:7700 state=standby\n\
              knobs:\n\
              \x20 max_credits  32\n\
              \x20 transport    auto\n\
