@@ -7,7 +7,7 @@
 //! (failures, latency), changes; only the session work moves the active path, so a connection
 //! set is always connected to one path, named by its [`crate::host::ConnId`].
 
-use core::sync::atomic::{AtomicI64, AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU8, Ordering};
 
 use crate::proto::options::{Targets, MAX_TARGETS};
 use crate::rdma_conn::Peer;
@@ -39,8 +39,11 @@ struct PathSeen {
     failures: AtomicU32,
     /// When it was last given up (ms, ktime; 0: never, or it served since).
     down_ms: AtomicI64,
+    /// A set of this mapping was installed on it once.
+    served: AtomicBool,
     /// Moving average of its requests' round trips (from hand-over to the connection to the
-    /// response), in µs; 0: none answered yet.
+    /// response), in µs; 0: none answered yet (or telemetry off: the hand-over's time is the
+    /// telemetry's).
     lat_us: AtomicU32,
 }
 
@@ -49,6 +52,7 @@ impl PathSeen {
         Self {
             failures: AtomicU32::new(0),
             down_ms: AtomicI64::new(0),
+            served: AtomicBool::new(false),
             lat_us: AtomicU32::new(0),
         }
     }
@@ -127,7 +131,15 @@ impl Paths {
     pub(crate) fn note_up(&self, i: u8) {
         if let Some(s) = self.seen.get(usize::from(i)) {
             s.down_ms.store(0, Ordering::Relaxed);
+            s.served.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a set of this mapping was ever installed on path `i`.
+    pub(crate) fn served(&self, i: u8) -> bool {
+        self.seen
+            .get(usize::from(i))
+            .is_some_and(|s| s.served.load(Ordering::Relaxed))
     }
 
     /// A request on path `i` was answered `rtt_ns` after it was handed to its connection.

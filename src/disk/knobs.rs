@@ -85,13 +85,16 @@ impl DiskDev {
     /// I/O), `connecting` (active, no set up yet), `down` (given up, not served since) or
     /// `standby`; `transport` is the active set's (`none` otherwise); `inflight` counts the
     /// requests on its connections now; `latency_us` is the moving average of its requests'
-    /// round trips (0: none yet).
+    /// round trips (0: none yet, or telemetry off). A failed or unmapping disk's active path is
+    /// `failed`.
     fn show_paths(&self, out: &mut ShowBuf<'_>) -> Result {
         let active = self.info.paths.active();
-        let transport = match self.state() {
+        let disk_state = self.state();
+        let transport = match disk_state {
             State::Live => self.installed(),
             _ => None,
         };
+        let failed = matches!(disk_state, State::Failed | State::Deleting { .. });
         // Each connection's lock is taken apart from the disk's.
         let inflight: u32 = (0..u32::from(self.info.nr_queues))
             .filter_map(|hw| self.queue(hw))
@@ -103,6 +106,7 @@ impl DiskDev {
             let (failures, down_ms, lat_us) = self.info.paths.seen(i);
             let is_active = i == active;
             let state = match (is_active, transport.is_some(), down_ms) {
+                (true, _, _) if failed => "failed",
                 (true, true, _) => "active",
                 (true, false, _) => "connecting",
                 (false, _, d) if d != 0 => "down",

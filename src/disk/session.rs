@@ -479,6 +479,17 @@ impl DiskDev {
                 Ok(())
             }
             Err(e) if e == errno(kernel::bindings::ESTALE) => {
+                // A gateway this mapping never served through may hold the fence of an
+                // earlier mapping of this host (it was not told the session ended): the floor
+                // it named is older than this mapping, and a session above it is this one's
+                // to take; every gateway orders it after both.
+                let path = self.pathsel.lock().active();
+                if self.info.paths.len() > 1
+                    && !self.info.paths.served(path)
+                    && self.raise_session()
+                {
+                    return Err(errno(kernel::bindings::EAGAIN));
+                }
                 self.superseded();
                 Err(e)
             }
@@ -557,6 +568,7 @@ impl DiskDev {
         // map (`EINVAL`), as is a fence that refuses the session (`ESTALE`).
         let n = self.info.paths.len() as u8;
         let mut res = on_path();
+        let first_err = res.as_ref().err().copied();
         for path in 1..n {
             match res {
                 Err(e) if e != estale && e != EINVAL && !self.deleting() => {
@@ -568,11 +580,17 @@ impl DiskDev {
                     );
                     self.pathsel.lock().fail_over(path, now_ms() as u64);
                     self.info.paths.note_down(path - 1, now_ms());
-                    res = on_path().map_err(|_| e);
+                    res = on_path();
                 }
                 _ => break,
             }
         }
+        // None attached: the first target's error, unless a later one's is final (a fence, a
+        // target that is no gateway), which says more.
+        let res = res.map_err(|e| match first_err {
+            Some(f) if e != estale && e != EINVAL => f,
+            _ => e,
+        });
         let outcome = res.and_then(|(set, t)| {
             // Attached: from now on the disk's Hellos continue its session.
             self.info
@@ -910,6 +928,7 @@ impl DiskDev {
         };
         self.info.paths.note_down(from, now as i64);
         self.info.paths.set_active(to);
+        self.policy.lock().on_new_target(now);
         Stats::inc(&self.info.stats.path_failovers);
         pr_warn!(
             "{}: target {} lost for {} ms (path_failover_ms): moving to target {}\n",
@@ -984,7 +1003,9 @@ impl DiskDev {
             let mut p = self.pathsel.lock();
             p.fail_over(0, now_ms() as u64);
             drop(p);
-            let r = self.connect_set(t, epoch, self.budget_ms());
+            // One connection's budget for the whole set: the serving set waits on this work
+            // for its health checks meanwhile.
+            let r = self.connect_set(t, epoch, CONNECT_BUDGET_MS);
             if r.is_err() {
                 let mut p = self.pathsel.lock();
                 p.on_installed(from);

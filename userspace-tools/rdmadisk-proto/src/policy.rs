@@ -529,6 +529,30 @@ impl Policy {
     }
 
     /// Sets the sysfs `transport` knob.
+    /// The disk moved to another target (several gateways): the failures the lost one caused
+    /// say nothing of RDMA to the new one. The failure window is cleared, and a drain to TCP
+    /// that they started (no connection, or RDMA failures; mode `Auto`, a device present) is
+    /// dropped, so the new target is tried on RDMA first. A drain for any other reason (the
+    /// device went, a manual switch), or a disk on TCP already, stays as it is.
+    pub fn on_new_target(&mut self, now_ms: u64) {
+        let _ = now_ms;
+        self.failures = [0; MAX_FAILOVER_THRESHOLD as usize];
+        self.failure_count = 0;
+        self.failure_next = 0;
+        let dropped = matches!(
+            self.drain_reason,
+            Some(SwitchReason::NoConnection | SwitchReason::RdmaFailures)
+        );
+        if self.mode == Mode::Auto
+            && self.device_present
+            && dropped
+            && self.state == (State::Draining { to: Transport::Tcp })
+        {
+            self.state = State::Rdma;
+            self.drain_reason = None;
+        }
+    }
+
     pub fn set_mode(&mut self, mode: Mode, now_ms: u64) -> Action {
         self.mode = mode;
         match (mode, self.state) {
@@ -632,6 +656,33 @@ mod tests {
 
     fn cfg() -> PolicyConfig {
         PolicyConfig::default()
+    }
+
+    #[test]
+    fn a_new_target_forgets_the_lost_ones_failures() {
+        // Failures of the lost target started a drain to TCP: dropped.
+        let mut p = Policy::new(cfg(), 0);
+        p.on_rdma_failure(0);
+        p.on_rdma_failure(1);
+        assert_eq!(p.on_fallback(Transport::Tcp, 2), Action::DrainToTcp);
+        assert_eq!(p.state(), DRAIN_TCP);
+        p.on_new_target(3);
+        assert_eq!(p.state(), State::Rdma);
+        // The window is empty again: two more failures do not reach the threshold of three.
+        p.on_rdma_failure(4);
+        p.on_rdma_failure(5);
+        assert_eq!(p.state(), State::Rdma);
+        // A drain because the device went stays: RDMA is out of reach on any target.
+        let mut p = Policy::new(cfg(), 0);
+        p.on_device_removed(true, 0);
+        assert_eq!(p.state(), DRAIN_TCP);
+        p.on_new_target(1);
+        assert_eq!(p.state(), DRAIN_TCP);
+        // So does a manual one, and a pinned mode.
+        let mut p = Policy::new(cfg(), 0);
+        p.set_mode(Mode::Tcp, 0);
+        p.on_new_target(1);
+        assert_eq!(p.state(), DRAIN_TCP);
     }
 
     #[test]
