@@ -13,7 +13,12 @@
 #      (Ceph blocklisted it) and the image does not change;
 #   5. the OSD frozen under load: the requests stall, then complete, and every read verifies;
 #   6. online resize: `rbd resize` under a running client reaches it in the responses, and the
-#      new space serves verified I/O; a shrink is logged and reported at the next attach.
+#      new space serves verified I/O; a shrink is logged and reported at the next attach;
+#   7. gateways: two targets with `gateway` serve one image; a read-write attach of a newer
+#      epoch takes the lock over (Ceph blocklists the other), whose later writes are refused
+#      and not applied; attaching back, the blocklisted one connects afresh and serves
+#      verified I/O; a gateway frozen with writes queued has them refused once thawed; and
+#      `gateway` on a file export is refused.
 # TAP output, then "N passed, N failed". Needs root (network namespaces) and Ceph's packages.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -229,4 +234,88 @@ if grep -q "resized from 134217728 to 100663296 bytes; mapped disks keep their s
   grep -q "attached=196608" "$OUT/shrunk.log"; then
   ok "a shrink (rbd resize --allow-shrink 96 MiB) is logged, and the next attach gets 96 MiB"
 else nok "a shrink is logged and reported at the next attach" "$OUT/shrink.log" "$OUT/shrunk.log" "$OUT/c.log"; fi
+
+echo "# 7: gateways: two targets serve one image, and a read-write attach takes its lock over"
+GW=gw
+rbd_ create --size 64M --image-feature layering,exclusive-lock "$CEPH_POOL/$GW" || nok "rbd create $GW"
+gdigest() { rbd_ export "$CEPH_POOL/$GW" - 2>/dev/null | sha256sum | cut -c1-16; }
+gclient() { ns "$C" --transport tcp --export "$GW" --session-id 7 "$@"; }
+# Reads only: an attach that takes the lock over and writes nothing.
+greads() { gclient --read-pct 100 --flush-every 0 --discard-every 0 --write-zeroes-every 0 --fua-every 0 "$@"; }
+gstart() { tstart "$1" "$2" --export "$GW=rbd:$CEPH_POOL/$GW" --insecure "$GW" --gateway "$GW" --stats-file "$OUT/$1.stats"; }
+# gstat NAME COUNTER: the counter as target NAME's stats file has it (rewritten every second).
+gstat() { sleep 1.2; sed -n "s/^$2=//p" "$OUT/$1.stats" 2>/dev/null; }
+# took NAME: how long target NAME's last takeover took, in ms.
+took() { sed -n 's/.*after a takeover of \([0-9]*\) ms.*/\1/p' "$OUT/$1.log" | tail -n1; }
+# A configuration refused at load: exit 2 at start (as any bad configuration), 1 from --check-config.
+ns "$T" --listen 127.0.0.1 --tcp-port 7809 --no-rdma --allow 127.0.0.1 --export "f=$OUT/f.img" --gateway f >"$OUT/bad.log" 2>&1
+rc1=$?
+ns "$T" --check-config --no-rdma --allow 127.0.0.1 --export "f=$OUT/f.img" --gateway f >"$OUT/bad-check.log" 2>&1
+rc2=$?
+if [ $rc1 = 2 ] && [ $rc2 = 1 ] && grep -q "two gateways cannot share a local file" "$OUT/bad.log" &&
+  grep -q "two gateways cannot share a local file" "$OUT/bad-check.log"; then
+  ok "gateway on a file export is refused: $(grep -m1 "two gateways" "$OUT/bad.log" | cut -c1-150)"
+else nok "gateway on a file export is refused (start: exit $rc1, --check-config: exit $rc2)" "$OUT/bad.log" "$OUT/bad-check.log"; fi
+if ns "$T" --check-config --no-rdma --allow 127.0.0.1 "${cargs[@]}" --export "$GW=rbd:$CEPH_POOL/$GW" \
+  --gateway "$GW" >"$OUT/check-gw.log" 2>&1 &&
+  grep -q "gateway: takes the lock over when a client attaches" "$OUT/check-gw.log"; then
+  ok "--check-config says what a gateway does"
+else nok "--check-config says what a gateway does" "$OUT/check-gw.log"; fi
+gstart ga 7811
+gstart gb 7812
+if tready ga && tready gb && grep -q "standby: it takes the exclusive lock over" "$OUT/ga.log" &&
+  grep -q "standby: it takes the exclusive lock over" "$OUT/gb.log"; then
+  ok "two gateways serve one image, neither taking its lock at start"
+else nok "two gateways start on one image" "$OUT/ga.log" "$OUT/gb.log"; fi
+if gclient --target 127.0.0.1:7811 --epoch 1 --count 300 --queue-depth 8 --seed 21 >"$OUT/g1.log" 2>&1 &&
+  [ "$(gstat ga gateway_takeovers)" = 1 ]; then
+  ok "a read-write attach to gateway A takes the lock ($(took ga) ms) and serves verified I/O"
+else nok "a read-write attach to gateway A takes the lock" "$OUT/g1.log" "$OUT/ga.log"; fi
+# A writer on A that goes on while B takes the image over.
+gclient --target 127.0.0.1:7811 --epoch 1 --count 100000 --read-pct 0 --queue-depth 4 --seed 22 \
+  --timeout-secs 120 >"$OUT/glate.log" 2>&1 &
+lp=$!
+sleep 2
+if greads --target 127.0.0.1:7812 --epoch 2 --count 50 >"$OUT/g2.log" 2>&1 &&
+  grep -q "taking the exclusive lock over from 127\.0\.0\.1:[0-9]*/[0-9]* (gateway)" "$OUT/gb.log" &&
+  [ "$(gstat gb gateway_takeovers)" = 1 ]; then
+  ok "the attach of a newer epoch to gateway B takes the lock over from A in $(took gb) ms"
+else nok "gateway B takes the lock over from A" "$OUT/g2.log" "$OUT/gb.log"; fi
+taken=$(gdigest)
+sleep 3
+kill "$lp" 2>/dev/null; wait "$lp" 2>/dev/null
+now=$(gdigest)
+refused=$(gstat ga writes_refused_unlocked)
+if [ "${refused:-0}" -gt 0 ] && [ -n "$taken" ] && [ "$taken" = "$now" ]; then
+  ok "A's writes after the takeover are refused ($refused) and not applied (image $now)"
+else nok "A's writes after the takeover are refused (refused: $refused; image $taken -> $now)" "$OUT/ga.log" "$OUT/glate.log"; fi
+if gclient --target 127.0.0.1:7811 --epoch 3 --count 400 --queue-depth 8 --seed 23 >"$OUT/g3.log" 2>&1 &&
+  grep -q "connected afresh" "$OUT/ga.log" && [ "$(gstat ga gateway_takeovers)" = 2 ]; then
+  ok "attached back, A connects afresh, takes the lock over from B ($(took ga) ms) and serves verified I/O: $(grep RESULT "$OUT/g3.log")"
+else nok "attached back, A connects afresh and serves" "$OUT/g3.log" "$OUT/ga.log"; fi
+# A frozen while it holds the lock, with writes queued: B takes the image over meanwhile.
+gap=$(cat "$OUT/ga.tpid")
+before=$(gstat ga writes_refused_unlocked)
+gclient --target 127.0.0.1:7811 --epoch 3 --count 100000 --read-pct 0 --queue-depth 4 --seed 24 \
+  --timeout-secs 600 >"$OUT/gfrozen.log" 2>&1 &
+lp=$!
+sleep 2
+kill -STOP "$gap"
+sleep 1
+if greads --target 127.0.0.1:7812 --epoch 4 --count 50 >"$OUT/g4.log" 2>&1 &&
+  [ "$(gstat gb gateway_takeovers)" = 2 ]; then
+  ok "with A frozen, B connects afresh and takes the lock over in $(took gb) ms"
+else nok "with A frozen, B takes the lock over" "$OUT/g4.log" "$OUT/gb.log"; fi
+taken=$(gdigest)
+kill -CONT "$gap"
+for ((i = 0; i < 30; i++)); do kill -0 "$lp" 2>/dev/null || break; sleep 1; done
+kill "$lp" 2>/dev/null; wait "$lp" 2>/dev/null
+now=$(gdigest)
+after=$(gstat ga writes_refused_unlocked)
+if [ "${after:-0}" -gt "${before:-0}" ] && [ -n "$taken" ] && [ "$taken" = "$now" ]; then
+  ok "the thawed gateway's late writes are refused ($((after - before))) and the image is unchanged"
+else nok "the thawed gateway's late writes are refused (refused $before -> $after; image $taken -> $now)" "$OUT/ga.log" "$OUT/gfrozen.log"; fi
+if gclient --target 127.0.0.1:7812 --epoch 5 --count 300 --queue-depth 8 --seed 25 >"$OUT/g5.log" 2>&1; then
+  ok "B serves verified I/O after the takeover"
+else nok "B serves verified I/O after the takeover" "$OUT/g5.log" "$OUT/gb.log"; fi
 exit $((fail > 0))

@@ -145,6 +145,55 @@ pub trait Backing: Send + Sync {
     fn fixed_fd(&self) -> Option<RawFd> {
         None
     }
+
+    /// Whether other targets may serve the same store (an RBD export with `gateway`):
+    /// clients are told so (`features::GATEWAY`), and [`Backing::take_over`] makes this one
+    /// its writer.
+    fn gateway(&self) -> bool {
+        false
+    }
+
+    /// Makes sure this target is the store's one writer before a read-write session is let
+    /// in, fencing out the one that was (blocking, for a few seconds at most). `Ok(true)`: it
+    /// took the store over now; `Ok(false)`: it was the writer already. Only a
+    /// [`Backing::gateway`] has anything to do.
+    fn take_over(&self) -> io::Result<bool> {
+        Ok(false)
+    }
+
+    /// Whether a modifying operation that completed with `errno` was refused because another
+    /// writer has fenced this target out of the store: it was not applied, lost nothing the
+    /// export must report later, and is counted (`writes_refused_unlocked`).
+    fn fenced_out(&self, _errno: i32) -> bool {
+        false
+    }
+
+    /// Which connection to the store serves now (a gateway connects afresh after another
+    /// fenced it out; 0 for others). A connection admitted under an earlier one may modify
+    /// nothing: what it still has queued was sent before the takeover that fenced this target
+    /// out, and the fresh connection would write it unchecked (docs/design.md, "Several
+    /// gateways", the fresh-instance rule).
+    fn instance(&self) -> u64 {
+        0
+    }
+}
+
+/// What [`Backing::start`] fails with when another writer has fenced this target out of the
+/// store: the operation was not started (see [`is_fenced_out`]).
+#[derive(Debug)]
+pub struct FencedOut(pub String);
+
+impl std::fmt::Display for FencedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FencedOut {}
+
+/// Whether `e` is a [`FencedOut`].
+pub fn is_fenced_out(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<FencedOut>())
 }
 
 /// A file or block device.

@@ -17,18 +17,26 @@
 //! none of its writes can land afterwards. docs/design.md ("RBD exports") says how this fits
 //! the session fences.
 //!
+//! Gateways (`gateway`): several targets serve one image, a client's disk naming them all and
+//! failing over between them. Each opens the image read-write but takes no lock at start; a
+//! read-write session attaching one makes it the writer: it breaks the lock of the gateway
+//! that was (Ceph blocklists that one first) and takes it ([`Backing::take_over`]). A gateway
+//! that was blocklisted so is of no use to the cluster any more: when a session comes back to
+//! it, it connects afresh (a new client instance, which the blocklist does not name) and
+//! reopens the image, which is why the image is replaceable here.
+//!
 //! Online resize: a watch on the image's header hears of `rbd resize`; a thread of the
 //! backing's then reads the new size, which requests are checked against and every response
 //! reports to the client (`features::RESIZE`).
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rdmadisk_rbd::{Cluster, Complete, Connect, Image};
 
-use crate::backing::{Backing, Geometry, IoOp};
+use crate::backing::{Backing, FencedOut, Geometry, IoOp};
 use crate::config::RbdSpec;
 use crate::ring::{Mailbox, Ring};
 
@@ -44,9 +52,35 @@ impl Complete for Mailbox {
 /// `RBD_FEATURE_EXCLUSIVE_LOCK`.
 const FEATURE_EXCLUSIVE_LOCK: u64 = rdmadisk_rbd::sys::RBD_FEATURE_EXCLUSIVE_LOCK as u64;
 
-pub struct RbdBacking {
+/// How long a takeover retries taking the lock it has just broken (another gateway may be
+/// taking it at the same moment): well within the client's 10 s to set a connection up.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(3);
+
+/// A connection to the cluster and the image opened through it.
+struct Opened {
     image: Arc<Image>,
+    /// Dropped after the image (field order), which its pool's handle outlives anyway.
     cluster: Cluster,
+    /// This connection's address (`IP:PORT/NONCE`): how librbd names it as a lock owner, and
+    /// what Ceph's blocklist names.
+    me: String,
+    /// This image took the lock (at start, or in a takeover). Writes need it: librbd would
+    /// otherwise take a free lock by itself for a write, behind the takeover's back. Once
+    /// set, not holding the lock means another gateway took it, and Ceph blocklisted this
+    /// connection.
+    locked: AtomicBool,
+    /// Which connection of the backing this is: 1 at start, one more for each afresh.
+    instance: u64,
+}
+
+pub struct RbdBacking {
+    /// Replaced when a gateway connects afresh ([`RbdBacking::take_over`]). Operations
+    /// started on the one before still complete: closing it waits for them.
+    cur: Mutex<Arc<Opened>>,
+    /// One takeover at a time: the Hellos of a session's connections come together, and only
+    /// the first has anything to do.
+    takeover: Mutex<()>,
+    read_only: bool,
     spec: RbdSpec,
     geometry: Geometry,
     /// Usable bytes now: the image may be resized while it is served ([`watch_size`]).
@@ -93,21 +127,52 @@ fn geometry(size: u64) -> Geometry {
     }
 }
 
+/// Connects and opens the image (read-write: one with the exclusive-lock feature), taking no
+/// lock.
+fn open_image(spec: &RbdSpec, read_only: bool, instance: u64) -> io::Result<Opened> {
+    let cluster = connect(spec)?;
+    let pool = cluster.pool(&spec.pool)?;
+    let image = Image::open(&pool, &spec.image, read_only)?;
+    check_config(&image, spec)?;
+    if !read_only {
+        require_lock_feature(&image, spec)?;
+    }
+    Ok(Opened {
+        image: Arc::new(image),
+        me: cluster.addrs()?,
+        cluster,
+        locked: AtomicBool::new(false),
+        instance,
+    })
+}
+
 impl RbdBacking {
-    /// Connects, opens the image and, read-write, takes its exclusive lock.
+    /// Connects, opens the image and, read-write, takes its exclusive lock (a gateway takes
+    /// it only when a client attaches).
     pub fn open(spec: &RbdSpec, read_only: bool) -> io::Result<RbdBacking> {
-        let cluster = connect(spec)?;
-        let pool = cluster.pool(&spec.pool)?;
-        let image = Image::open(&pool, &spec.image, read_only)?;
-        check_config(&image, spec)?;
-        if !read_only {
-            lock(&image, spec, &cluster)?;
+        let o = open_image(spec, read_only, 1)?;
+        let name = format!("{}/{}", spec.pool, spec.image);
+        if !read_only && !spec.gateway {
+            lock(&o.image, spec, &o.cluster)?;
+            o.locked.store(true, Ordering::Relaxed);
+        } else if !read_only {
+            let owners = o.image.lock_owners().unwrap_or_default();
+            log::info!(
+                "RBD image {name}: gateway as {} ({}), standby: it takes the exclusive lock over \
+                 when a client attaches read-write{}",
+                o.cluster.client(),
+                o.me,
+                if owners.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (held by {} now)", owners.join(", "))
+                }
+            );
         }
-        let image = Arc::new(image);
         let capacity = Arc::new(AtomicU64::new(0));
         // Watching before the size is read: a resize in between is not missed.
-        watch_size(&image, spec, &capacity)?;
-        let size = image.size()?;
+        watch_size(&o.image, spec, &capacity)?;
+        let size = o.image.size()?;
         // Unless the watch has seen a newer size meanwhile.
         let _ = capacity.compare_exchange(
             0,
@@ -117,11 +182,60 @@ impl RbdBacking {
         );
         Ok(RbdBacking {
             geometry: geometry(size),
-            image,
-            cluster,
+            cur: Mutex::new(Arc::new(o)),
+            takeover: Mutex::new(()),
+            read_only,
             spec: spec.clone(),
             capacity,
         })
+    }
+
+    fn current(&self) -> Arc<Opened> {
+        self.cur
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn name(&self) -> String {
+        format!("{}/{}", self.spec.pool, self.spec.image)
+    }
+
+    /// Connects afresh and reopens the image, in place of `old`: this client was blocklisted
+    /// (or is about to learn it), and a new one is not. The resize watch follows the new
+    /// image.
+    fn reopen(&self, old: &Opened) -> io::Result<Arc<Opened>> {
+        let fresh = Arc::new(open_image(&self.spec, false, old.instance + 1)?);
+        watch_size(&fresh.image, &self.spec, &self.capacity)?;
+        // A resize while the old client was blocklisted was not heard.
+        let size = fresh.image.size()?;
+        self.capacity
+            .store(geometry(size).capacity, Ordering::Relaxed);
+        log::info!(
+            "RBD image {}: connected afresh as {} ({}) in place of {} (gateway)",
+            self.name(),
+            fresh.cluster.client(),
+            fresh.me,
+            old.me
+        );
+        let gone = std::mem::replace(
+            &mut *self.cur.lock().unwrap_or_else(PoisonError::into_inner),
+            fresh.clone(),
+        );
+        // Closing the old image waits for its operations in flight (they fail, blocklisted)
+        // and shutting its client down for the cluster: not on this thread, which a client
+        // waits on. Connections that started an operation on it a moment ago hold it until
+        // their start returns.
+        let keep = gone.clone();
+        if std::thread::Builder::new()
+            .name("rbd-close".into())
+            .spawn(move || drop(keep))
+            .is_err()
+        {
+            log::warn!("RBD image {}: closing the old image here", self.name());
+        }
+        drop(gone);
+        Ok(fresh)
     }
 
     /// For --check-config: reaches the cluster and opens the image (taking no lock), and says
@@ -143,11 +257,16 @@ impl RbdBacking {
         } else {
             image.lock_owners()?
         };
+        if spec.gateway {
+            notes.push("gateway: takes the lock over when a client attaches".to_string());
+        }
         if !owners.is_empty() {
             notes.push(format!(
                 "its exclusive lock is held by {}{}",
                 owners.join(", "),
-                if spec.break_lock {
+                if spec.gateway {
+                    ""
+                } else if spec.break_lock {
                     " (break_lock: it would be broken)"
                 } else {
                     ""
@@ -312,15 +431,17 @@ fn lock(image: &Image, spec: &RbdSpec, cluster: &Cluster) -> io::Result<()> {
 
 impl Backing for RbdBacking {
     fn describe(&self) -> String {
+        let o = self.current();
         format!(
             "RBD image {}/{} as {}{}",
             self.spec.pool,
             self.spec.image,
-            self.cluster.client(),
-            if self.image.read_only() {
-                ""
-            } else {
-                ", exclusive lock held"
+            o.cluster.client(),
+            match (self.read_only, self.spec.gateway) {
+                (true, false) => "",
+                (true, true) => ", gateway",
+                (false, false) => ", exclusive lock held",
+                (false, true) => ", gateway: takes the exclusive lock over when a client attaches",
             }
         )
     }
@@ -345,22 +466,38 @@ impl Backing for RbdBacking {
         user_data: u64,
     ) -> io::Result<()> {
         let to: Arc<dyn Complete> = ring.mailbox()?;
-        let img = &self.image;
+        let o = self.current();
+        let img = &o.image;
         // A target that lost the image (another broke its lock: Ceph blocklisted it) writes
-        // nothing more, whatever librbd would still try.
+        // nothing more, whatever librbd would still try; nor does a gateway's image that has
+        // not taken the lock (librbd would take a free one for the write). librbd's own view
+        // of the lock is enough here: once Ceph has blocklisted this client, nothing of its
+        // lands whatever that view says.
         if matches!(
             op,
             IoOp::Write { .. } | IoOp::PunchHole { .. } | IoOp::ZeroRange { .. }
-        ) && !img.read_only()
-            && !img.is_lock_owner()?
+        ) && !self.read_only
         {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "RBD image {}/{}: this target no longer holds its exclusive lock",
-                    self.spec.pool, self.spec.image
-                ),
-            ));
+            // A blocklisted client cannot even ask.
+            let lost = match img.is_lock_owner() {
+                Ok(held) if held && o.locked.load(Ordering::Relaxed) => None,
+                Ok(_) => Some(String::new()),
+                Err(e) => Some(format!(" ({e})")),
+            };
+            if let Some(why) = lost {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    FencedOut(format!(
+                        "RBD image {}: this target no longer holds its exclusive lock{}{why}",
+                        self.name(),
+                        if self.spec.gateway {
+                            "; another gateway took it over"
+                        } else {
+                            ""
+                        }
+                    )),
+                ));
+            }
         }
         match op {
             // SAFETY: forwarded to the caller (`Backing::start`): `buf` stays valid and
@@ -382,6 +519,94 @@ impl Backing for RbdBacking {
     }
 
     fn sync(&self) -> io::Result<()> {
-        Ok(self.image.flush()?)
+        Ok(self.current().image.flush()?)
+    }
+
+    fn gateway(&self) -> bool {
+        self.spec.gateway
+    }
+
+    fn take_over(&self) -> io::Result<bool> {
+        if self.read_only || !self.spec.gateway {
+            return Ok(false);
+        }
+        let _one = self.takeover.lock().unwrap_or_else(PoisonError::into_inner);
+        let began = Instant::now();
+        let name = self.name();
+        let mut o = self.current();
+        // The OSDs' word, not librbd's: its own view may still say this client holds the lock
+        // after another gateway has had it blocklisted.
+        let fresh = match o.image.lock_owners() {
+            Ok(owners) if owners.contains(&o.me) && o.locked.load(Ordering::Relaxed) => {
+                return Ok(false)
+            }
+            // Held once, and taken since: this client is blocklisted.
+            Ok(_) => o.locked.load(Ordering::Relaxed),
+            Err(e) => {
+                log::warn!("RBD image {name}: {e}; connecting afresh (gateway)");
+                true
+            }
+        };
+        if fresh {
+            o = self.reopen(&o)?;
+        }
+        let mut broken = Vec::new();
+        let end = Instant::now() + TAKEOVER_WAIT;
+        loop {
+            for owner in o.image.lock_owners()? {
+                if owner == o.me || broken.contains(&owner) {
+                    continue;
+                }
+                log::warn!(
+                    "RBD image {name}: taking the exclusive lock over from {owner} (gateway); \
+                     Ceph blocklists it"
+                );
+                match o.image.break_lock(&owner) {
+                    // Released, or taken by another, since it was listed: the acquire below
+                    // sees which.
+                    Err(e) if matches!(e.errno, libc::ENOENT | libc::EBUSY) => {}
+                    r => r?,
+                }
+                broken.push(owner);
+            }
+            match o.image.lock_exclusive() {
+                Ok(()) => break,
+                // Another gateway took it in between: broken on the next turn.
+                Err(e)
+                    if matches!(e.errno, libc::EROFS | libc::EBUSY | libc::EAGAIN)
+                        && Instant::now() < end =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        o.locked.store(true, Ordering::Relaxed);
+        log::info!(
+            "RBD image {name}: exclusive lock held by {} ({}) after a takeover of {} ms \
+             (gateway{})",
+            o.cluster.client(),
+            o.me,
+            began.elapsed().as_millis(),
+            if broken.is_empty() {
+                String::new()
+            } else {
+                format!("; from {}", broken.join(", "))
+            }
+        );
+        Ok(true)
+    }
+
+    fn instance(&self) -> u64 {
+        if self.spec.gateway {
+            self.current().instance
+        } else {
+            0
+        }
+    }
+
+    fn fenced_out(&self, errno: i32) -> bool {
+        // Ceph's EBLOCKLISTED; EROFS: librbd could not take the lock back for a write.
+        !self.read_only && matches!(errno, libc::ESHUTDOWN | libc::EROFS)
     }
 }

@@ -63,8 +63,9 @@ idle_timeout_s, send_timeout_s, shutdown_timeout_s, stats_file, log_level,
 corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, ceph_conf,
 ceph_client, ceph_keyring, lock_wait_s, [[host]] tables with name, address, secret_file,
 target_secret_file, and [[export]] tables with name, path (or rbd:POOL/IMAGE), read_only, allow = [..],
-exclusive, secret_file, insecure, ceph_conf, ceph_client, ceph_keyring, break_lock. See userspace-tools/README.md and
-rdmadisk-target.example.toml."
+exclusive, secret_file, insecure, ceph_conf, ceph_client, ceph_keyring, break_lock, gateway (RBD
+only: one of several targets serving the image, which takes its lock over when a client attaches
+read-write). See userspace-tools/README.md and rdmadisk-target.example.toml."
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -146,6 +147,12 @@ pub struct Args {
     /// to start. Only for an owner known to be gone or frozen. Repeatable.
     #[arg(long = "break-lock", value_name = "NAME")]
     pub break_lock: Vec<String>,
+    /// RBD export NAME is one of several gateways to its image (other targets serve it too):
+    /// the target takes no lock at start, and takes the image's exclusive lock over (Ceph
+    /// blocklists the previous owner) when a client attaches it read-write. Repeatable;
+    /// overrides gateway = false.
+    #[arg(long = "gateway", value_name = "NAME")]
+    pub gateway: Vec<String>,
     /// RBD exports: how long to wait at start for an image's exclusive lock that another
     /// client holds. A dead owner's lock is broken once Ceph sees it gone (its watch on the
     /// image lapses: osd_client_watch_timeout, 30 s by default), so a target restarted after a
@@ -311,6 +318,8 @@ pub struct ExportConf {
     pub ceph_keyring: Option<PathBuf>,
     /// RBD exports: break another client's exclusive lock at start (see --break-lock).
     pub break_lock: Option<bool>,
+    /// RBD exports: one of several gateways to the image (see --gateway).
+    pub gateway: Option<bool>,
 }
 
 /// One `[[host]]` table: a client host with a key of its own.
@@ -391,6 +400,9 @@ pub struct RbdSpec {
     pub break_lock: bool,
     /// How long to wait at start for a lock another client holds.
     pub lock_wait: Duration,
+    /// Other targets serve the image too: no lock at start; a read-write attach takes it
+    /// over (docs/design.md, "Several gateways").
+    pub gateway: bool,
 }
 
 impl RbdSpec {
@@ -517,6 +529,7 @@ fn parse_export(s: &str, flag: &str, read_only: bool) -> Result<ExportConf, Stri
         ceph_client: None,
         ceph_keyring: None,
         break_lock: None,
+        gateway: None,
     })
 }
 
@@ -819,6 +832,14 @@ impl Config {
                             e.name
                         ));
                     }
+                    // Nothing would fence the other gateways' writes out of a local file.
+                    if args.gateway.contains(&e.name) || e.gateway == Some(true) {
+                        p.add(format!(
+                            "export {}: gateway is for RBD exports (rbd:POOL/IMAGE): two \
+                             gateways cannot share a local file or block device",
+                            e.name
+                        ));
+                    }
                     None
                 }
                 Some(Err(err)) => {
@@ -845,6 +866,7 @@ impl Config {
                         .or(file.ceph_keyring.clone()),
                     break_lock: args.break_lock.contains(&e.name) || e.break_lock.unwrap_or(false),
                     lock_wait,
+                    gateway: args.gateway.contains(&e.name) || e.gateway.unwrap_or(false),
                 }),
             };
             specs.push(ExportSpec {
@@ -998,6 +1020,7 @@ impl Config {
             ("--exclusive", &args.exclusive),
             ("--insecure", &args.insecure),
             ("--break-lock", &args.break_lock),
+            ("--gateway", &args.gateway),
         ] {
             for n in list
                 .iter()
@@ -1097,7 +1120,9 @@ mod tests {
         std::fs::write(
             &p,
             "ceph_conf = \"/f.conf\"\nceph_client = \"file\"\nlock_wait_s = 5\n\
-             [[export]]\nname = \"v\"\npath = \"rbd:pool/img\"\nceph_client = \"own\"\n",
+             [[export]]\nname = \"v\"\npath = \"rbd:pool/img\"\nceph_client = \"own\"\n\
+             [[export]]\nname = \"g\"\npath = \"rbd:pool/img\"\nread_only = true\n\
+             gateway = true\n",
         )
         .unwrap();
         let c = Config::load(&Args {
@@ -1115,6 +1140,9 @@ mod tests {
         assert_eq!(r.keyring, None);
         assert!(r.break_lock);
         assert_eq!(r.lock_wait, Duration::from_secs(5));
+        assert!(!r.gateway);
+        let g = c.exports.iter().find(|e| e.name == "g").unwrap();
+        assert!(g.read_only && g.rbd.as_ref().unwrap().gateway);
         assert!(c
             .exports
             .iter()
@@ -1124,6 +1152,7 @@ mod tests {
             .is_none());
         let problems = Config::load(&Args {
             break_lock: vec!["a".into()],
+            gateway: vec!["a".into(), "nosuch".into()],
             exports: vec!["a=/tmp/a.img".into(), "b=rbd:nopool".into()],
             lock_wait_s: Some(4000),
             ..base()
@@ -1131,6 +1160,9 @@ mod tests {
         .unwrap_err();
         for needle in [
             "export a: break_lock is for RBD exports",
+            "export a: gateway is for RBD exports (rbd:POOL/IMAGE): two gateways cannot share a \
+             local file",
+            "--gateway nosuch: no such export",
             "export b: path \"rbd:nopool\": expected rbd:POOL/IMAGE",
             "lock_wait_s = 4000",
         ] {
@@ -1523,7 +1555,7 @@ path = "/tmp/a.img"
             "[[host]]\nname = \"a\"\naddress = \"192.0.2.1\"\nsecret_file = \"k\"\nzzz = 1",
         );
         assert!(
-            top.len() > 20 && export.len() == 11 && host.len() == 4,
+            top.len() > 20 && export.len() == 12 && host.len() == 4,
             "{top:?} {export:?} {host:?}"
         );
         for k in top.iter().chain(&export).chain(&host) {

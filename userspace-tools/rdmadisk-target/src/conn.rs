@@ -148,7 +148,11 @@ pub struct Core {
     /// The waiting slots found no buffer last time (counted once per wait).
     starved: bool,
     /// The connection may modify the export (`Attached::writes`).
-    writes: bool,
+    pub writes: bool,
+    /// The backing's connection to the store it was admitted under ([`Backing::instance`]).
+    ///
+    /// [`Backing::instance`]: crate::backing::Backing::instance
+    pub instance: u64,
     /// Keeps an exclusive export held (until the last write of this connection is over,
     /// stuck ones included: see [`reap`]); taken once the client is trusted ([`Core::confirm`]).
     hold: Option<Hold>,
@@ -205,6 +209,9 @@ impl Core {
             kick,
             kick_polled,
             t,
+            // A takeover on its Hello came first; with a key, the one after its proof sets
+            // this again.
+            instance: export.backing.instance(),
             export,
             fence,
             ring,
@@ -445,6 +452,11 @@ impl Core {
         let Some(ticket) = self.enter(modifies) else {
             return self.answer(i, Status::Fenced);
         };
+        if modifies && self.instance != self.export.backing.instance() {
+            // Admitted before this gateway connected afresh to the store: superseded.
+            Stats::inc(&self.t.stats.writes_refused_unlocked);
+            return self.answer(i, Status::Fenced);
+        }
         self.slots[i].ticket = Some(ticket);
         self.start_op(i, op);
     }
@@ -470,6 +482,10 @@ impl Core {
                 .start(&mut self.ring, op, ptr, UD_IO | i as u64)
         };
         if let Err(e) = r {
+            let fenced_out = crate::backing::is_fenced_out(&e);
+            if fenced_out {
+                Stats::inc(&self.t.stats.writes_refused_unlocked);
+            }
             log::error!("export {}: cannot start {op:?}: {e}", self.export.name);
             let s = &mut self.slots[i];
             s.op = None;
@@ -478,7 +494,15 @@ impl Core {
             if let Some(sync) = s.sync.take() {
                 sync.end(None);
             }
-            self.answer(i, Status::IoError);
+            // Fenced, not an error: the client reissues it where the store is served now.
+            self.answer(
+                i,
+                if fenced_out {
+                    Status::Fenced
+                } else {
+                    Status::IoError
+                },
+            );
         }
     }
 
@@ -501,6 +525,11 @@ impl Core {
         let e = &self.export;
         let st = &self.t.stats;
         let errno = if res < 0 { -res } else { libc::EIO };
+        // A gateway fenced out by another: what this target would have written is that one's
+        // to write now, and this one must serve again once it takes the store back, so
+        // nothing of it sticks to the export's later flushes.
+        let fenced_out = res < 0 && e.backing.fenced_out(errno);
+        let sticky = sticky(op, res).filter(|_| !fenced_out);
         let status = match op {
             IoOp::Read { len, .. } if res == len as i32 => {
                 let data = &mut s.buf.as_mut().expect("a read has a buffer").as_mut_slice()
@@ -529,11 +558,27 @@ impl Core {
                 } else {
                     format!("short transfer ({res} bytes)")
                 };
-                log::error!("export {}: {op:?} failed: {err}", e.name);
-                if let Some(errno) = sticky(op, res) {
+                if fenced_out && !matches!(op, IoOp::Read { .. } | IoOp::Flush) {
+                    Stats::inc(&st.writes_refused_unlocked);
+                }
+                log::error!(
+                    "export {}: {op:?} failed: {err}{}",
+                    e.name,
+                    if fenced_out {
+                        " (another gateway took the store over: refused by the store)"
+                    } else {
+                        ""
+                    }
+                );
+                if let Some(errno) = sticky {
                     e.record_error(errno);
                 }
-                Status::IoError
+                // Another gateway serves the store now: the client reissues it there.
+                if fenced_out {
+                    Status::Fenced
+                } else {
+                    Status::IoError
+                }
             }
         };
         // The I/O is over: the fence may move past it.
@@ -543,7 +588,7 @@ impl Core {
             Stats::add(&st.backing_us, micros(at.elapsed()));
         }
         if let Some(sync) = s.sync.take() {
-            sync.end(sticky(op, res));
+            sync.end(sticky);
             if status == Status::Ok {
                 s.mark = e.sync_mark();
                 return self.settle(i);

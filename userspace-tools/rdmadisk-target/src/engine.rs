@@ -554,6 +554,34 @@ impl Target {
         })
     }
 
+    /// Before a read-write session of a gateway export is answered Ok (the Hello, or the
+    /// authentication where a key protects the export: nobody unproven may fence a gateway
+    /// out): makes this target the store's writer, taking it over from another gateway. On
+    /// the connection's own thread where it has one; the refusal, if it fails, is one the
+    /// client takes as a failed connect (not Stale): it may try another gateway.
+    pub fn claim(&self, e: &Export, writes: bool, peer: &str) -> Result<(), String> {
+        if !writes || !e.backing.gateway() {
+            return Ok(());
+        }
+        match e.backing.take_over() {
+            Ok(took) => {
+                if took {
+                    Stats::inc(&self.stats.gateway_takeovers);
+                }
+                Ok(())
+            }
+            Err(err) => {
+                Stats::inc(&self.stats.gateway_takeover_failures);
+                let why = format!(
+                    "export {}: cannot take the store over for {peer}'s read-write session: {err}",
+                    e.name
+                );
+                log::error!("{why}");
+                Err(why)
+            }
+        }
+    }
+
     /// Counts one hostile act.
     pub fn count_hostile(&self, k: Kind) {
         Stats::inc(&self.stats.hostile_acts);
@@ -571,6 +599,9 @@ impl Target {
         }
         if challenge.is_some() {
             f |= features::AUTH;
+        }
+        if e.backing.gateway() {
+            f |= features::GATEWAY;
         }
         HelloReply {
             status: HelloStatus::Ok,

@@ -357,6 +357,17 @@ fn setup(
             return Err(());
         }
     };
+    // With a key, after the proof (`Conn::authenticate`, on the connection's thread). Here it
+    // blocks the listener's thread, and so every other connect, for as long as a takeover
+    // takes (a second or two; the other connections of the session then find the lock held,
+    // which asks the OSDs once): connection set-up happens on this thread, and the
+    // connection's own thread only starts once its id is accepted.
+    if a.challenge.is_none() {
+        if let Err(why) = t.claim(&a.export, a.writes, &peer) {
+            refuse(&id, &peer, HelloStatus::Busy, &why);
+            return Err(());
+        }
+    }
     let credits = usize::from(t.limits.credits);
     // The connection's own buffers count in the budget like its requests' data: at the
     // largest settings they pin about 64 MiB.
@@ -1170,6 +1181,12 @@ impl Conn {
                 self.broken.get_or_insert(why.into());
                 return;
             }
+            // No answer then: the client sees its connect fail, and may try another gateway.
+            if let Err(why) = t.claim(&self.core.export, self.core.writes, &self.peer) {
+                self.broken.get_or_insert(why);
+                return;
+            }
+            self.core.instance = self.core.export.backing.instance();
         }
         if !self.repost(r) {
             return;

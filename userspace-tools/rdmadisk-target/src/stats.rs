@@ -98,6 +98,14 @@ counters! {
     connections_over_cap,
     /// Hellos refused Busy: the export is held read-write by another host (exclusive).
     exclusive_refusals,
+    /// Gateway exports (RBD `gateway`): times a read-write attach took the image's exclusive
+    /// lock over (from another gateway, which Ceph blocklisted, or from nobody).
+    gateway_takeovers,
+    /// Read-write attaches of a gateway export refused because the takeover failed.
+    gateway_takeover_failures,
+    /// Writes, discards and write-zeroes refused because this target no longer holds the
+    /// store's writer lock (another gateway took it over): none of them was applied.
+    writes_refused_unlocked,
     /// TCP clients that did not send a whole Hello within the deadline.
     hello_timeouts,
     /// Connections closed after the idle timeout.

@@ -257,6 +257,13 @@ fn connection(
             return;
         }
     };
+    // With a key, after the proof (`authenticate`).
+    if a.challenge.is_none() && t.claim(&a.export, a.writes, &peer.to_string()).is_err() {
+        Stats::inc(&t.stats.refused);
+        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = framing::write_hello_reply(&mut s, &HelloReply::rejected(HelloStatus::Busy));
+        return;
+    }
     let _ = s.set_write_timeout(Some(t.limits.send_timeout));
     if framing::write_hello_reply(&mut s, &t.hello_reply(&a.export, a.challenge.as_ref())).is_err()
     {
@@ -764,6 +771,11 @@ impl Conn {
             // Another host may have attached read-write meanwhile: its next Hello is answered
             // Busy.
             self.core.confirm()?;
+            // No answer then: the client sees its connect fail, and may try another gateway.
+            self.core
+                .t
+                .claim(&self.core.export, self.core.writes, &self.peer.to_string())?;
+            self.core.instance = self.core.export.backing.instance();
         }
         let mut v = FrameHeader {
             kind: FrameKind::AuthReply,
