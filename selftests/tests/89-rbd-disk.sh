@@ -9,7 +9,8 @@
 # no reconnect, and its new space verifies); then ext4 with a checksum manifest, read back
 # after an unmap and a fresh map. No step until then may see an I/O error. Last, Ceph goes
 # away (the OSD frozen): a read fails by the loss-timeout rules, with an error and no data,
-# and the disk serves again once the OSD is back.
+# and the disk serves again once the OSD is back. Then two gateways of the image serve one
+# disk (below).
 
 # shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
 source "$TB_REPO/selftests/tests/lib/disk.sh"
@@ -159,4 +160,168 @@ res $? "the OSD frozen: a direct read fails after $took s (loss_timeout_s=15) wi
 on compute "mount /dev/$dev $MNT && cd $MNT && sha256sum -c --quiet $SUMS && cd / && umount $MNT"
 res $? "the OSD thawed: the disk serves again, every checksum matches"
 
-cleanup89
+# ---------------------------------------------------------------- several gateways
+# Two targets serve rbd/vol89 as gateways (--gateway: no lock at start; a read-write attach
+# takes the image's lock over, and Ceph blocklists the previous owner). One disk names both
+# (target=A,B); under verifying fio rounds: the active gateway is SIGKILLed (the disk moves to
+# the other), restarted (the disk fails back after good probes), SIGSTOPped and later thawed
+# (its late writes are refused), and killed at the moment the compute VM's RDMA device goes
+# (the disk moves to the other gateway over TCP, then back to RDMA). Each reports the longest
+# stretch without a completion. Last, ext4 with a checksum manifest across a gateway's death.
+dk_unmap "$dev" normal >/dev/null && dk_gone "$dev" 10 && dk_target_stop >/dev/null
+res $? "unmapped; the single target stopped (it releases the lock)"
+gw() { # gw N FUNCTION ARGS...: a lib/disk.sh target function, for gateway N (ports 7700+10N)
+  local n=$1
+  shift
+  DK_PORT=$((7700 + 10 * n)) DK_TCP_PORT=$((7701 + 10 * n)) DK_TLOG=$TB_DIR/$DK_ID.gw$n.log \
+    DK_TPID=$TB_DIR/$DK_ID.gw$n.pid DK_STATS=$TB_DIR/$DK_ID.gw$n.stats "$@"
+}
+gw_sig() { on storage "kill -$2 \$(cat $TB_DIR/$DK_ID.gw$1.pid)" >/dev/null; } # gw_sig N SIGNAL
+# gw_wait DEV PATH SECONDS: until active_path reads PATH and the disk is live; prints "ms=N"
+gw_wait() {
+  on compute "$DK_VM_DEFS
+now_us; t0=\$us
+while :; do
+  a=; s=; read -r a _ 2>/dev/null </sys/block/$1/rdmadisk/active_path; read -r s 2>/dev/null </sys/block/$1/rdmadisk/state
+  now_us; ms=\$(( (us - t0) / 1000 ))
+  [ \"\$a\" = $2 ] && [ \"\$s\" = live ] && { echo ms=\$ms; exit 0; }
+  [ \$ms -ge $(($3 * 1000)) ] && { echo ms=\$ms active_path=\$a state=\$s; exit 1; }
+  pause 0.2
+done"
+}
+cleanup89gw() {
+  gw 0 dk_target_stop >/dev/null 2>&1
+  gw 1 dk_target_stop >/dev/null 2>&1
+  cleanup89
+}
+fback=$(dk_backing f89 16M)
+# shellcheck disable=SC2086 # TARGS: words
+gw 0 dk_target_start $TARGS --gateway vol89 --export "f89=$fback" >/dev/null &&
+  gw 1 dk_target_start $TARGS --gateway vol89 >/dev/null
+if ! res $? "two gateways of rbd/vol89: ports 7700/7701 and 7710/7711"; then
+  on storage "tail -n 5 $TB_DIR/$DK_ID.gw0.log $TB_DIR/$DK_ID.gw1.log" | indent
+  cleanup89gw; return 0 2>/dev/null || exit 0
+fi
+DK_TARGETS="target=$DK_S:7700:7701,$DK_S:7710:7711"
+
+out=$(dk_map "name=f89 $DK_TARGETS export=f89")
+rc=$?
+said=$(grep -c 'does not serve export f89 as a gateway of a shared store' <<<"$out")
+[ $rc != 0 ] && grep -q 'Invalid argument' <<<"$out" && n_gt "$said" 0
+res $? "a local file through two targets, read-write: refused with EINVAL and a dmesg line" ||
+  printf '%s\n' "$out" | tail -n 5 | indent
+dk_map_disk f89 f89 ro && dk_unmap "$DK_DEV" normal >/dev/null && dk_gone "$DK_DEV" 10
+res $? "the same read-only: mapped through target 0, then unmapped"
+
+dk_map_disk d89g vol89 && dev=$DK_DEV &&
+  tr_set "$dev" keepalive_ms=2000 path_failover_ms=2000 probe_interval_ms=2000 failback_probes=3 \
+    loss_timeout_s=120 >/dev/null
+if ! res $? "map name=d89g $DK_TARGETS: /dev/${DK_DEV:-?} live; keepalive 2 s, path_failover_ms 2000"; then
+  cleanup89gw; return 0 2>/dev/null || exit 0
+fi
+paths=$(tr_get "$dev" paths)
+printf '%s\n' "$paths" | indent
+n_eq "$(grep -c . <<<"$paths")" 2 && grep -q '^0 .* state=active ' <<<"$paths" &&
+  grep -q '^1 .* state=standby ' <<<"$paths" && [ "$(tr_get "$dev" path_policy)" = failover ]
+res $? "paths: two, gateway 0 active, gateway 1 standby; path_policy failover"
+
+# gw_drill TAG DESCRIPTION WANT SECONDS ACTION...: under verifying fio rounds, runs ACTION
+# (a command) once I/O flows, waits until active_path is WANT, lets I/O run 4 s there, then
+# checks the rounds, the longest I/O gap and io_errors.
+gw_drill() {
+  local tag=$1 what=$2 want=$3 secs=$4 base ns_a ns_b out moved rc gap ie
+  shift 4
+  base=$(tr_stat "$dev" rdma_ios tcp_ios | awk '{ print $1 + $2 }')
+  tr_rounds_start "$tag" "$(tr_fio_args "$tag")"
+  tr_gap_start "$tag" "$dev"
+  tr_wait "$tag" "$dev" 60 any ios "${base:-0}" >/dev/null
+  ns_a=$(tr_vm_ns)
+  "$@" >/dev/null
+  out=$(gw_wait "$dev" "$want" "$secs")
+  moved=$?
+  on compute "sleep 4" >/dev/null
+  ns_b=$(tr_vm_ns)
+  tr_rounds_stop "$tag" 180
+  rc=$?
+  tr_gap_stop "$tag"
+  gap=$(tr_gap_ms "$tag" "$ns_a" "$ns_b")
+  ie=$(tr_stat "$dev" io_errors)
+  GW_GAPS+="$tag=${gap}ms "
+  [ $moved = 0 ] && [ $rc = 0 ] && n_eq "$ie" 0
+  res $? "$what: active_path $want after $(kv ms "$out") ms, longest I/O gap $gap ms; no I/O error ($FIO_SUM), io_errors=$ie" ||
+    { printf '%s\n' "$out" | indent; tr_get "$dev" paths | indent; }
+}
+GW_GAPS=
+
+gw_drill kill "gateway 0 SIGKILLed under fio verify" 1 60 gw_sig 0 KILL
+fo=$(tr_stat "$dev" path_failovers)
+n_eq "$fo" 1 && grep -q '^0 .* state=down ' <<<"$(tr_get "$dev" paths)"
+res $? "path_failovers=$fo; gateway 0 shows down"
+
+# shellcheck disable=SC2086 # TARGS: words
+gw_drill back "gateway 0 restarted under fio verify: failback after 3 good probes" 0 120 \
+  gw 0 dk_target_start $TARGS --gateway vol89 --export "f89=$fback"
+fb=$(tr_stat "$dev" path_failbacks)
+n_eq "$fb" 1
+res $? "path_failbacks=$fb"
+
+# Frozen: the disk's requests go unanswered, it moves on; the failback is held off so that
+# the thawed gateway is never served again, and anything it still applies is a late write. On
+# TCP, where the frozen gateway's socket keeps the requests it had not read (on RDMA it could
+# no longer pull a write's data from the client), so that it has late writes to refuse.
+tr_set "$dev" failback_probes=1000 transport=tcp >/dev/null
+tr_wait tcp "$dev" 60 tcp >/dev/null
+gw_drill stop "gateway 0 SIGSTOPped under fio verify" 1 60 gw_sig 0 STOP
+tr_rounds_start thaw "$(tr_fio_args thaw)"
+gw_sig 0 CONT
+on compute "sleep 8" >/dev/null
+tr_rounds_stop thaw 180
+rc=$?
+gw 0 dk_tsnap
+late=$(tstat writes_refused_unlocked) lost=$(on storage "grep -c 'no longer holds its exclusive lock\|blocklisted' $TB_DIR/$DK_ID.gw0.log")
+ie=$(tr_stat "$dev" io_errors)
+[ $rc = 0 ] && n_eq "$ie" 0 && is_num "$late"
+res $? "gateway 0 thawed under fio verify: late writes it refused: $late, log lines on the lost lock: $lost; every round verified ($FIO_SUM), io_errors=$ie"
+
+# Back to gateway 0 (it lost the lock and its Ceph client was blocklisted: it reconnects as a
+# new one when the disk attaches there again), and to RDMA.
+tr_set "$dev" failback_probes=3 transport=auto >/dev/null
+gw_drill back2 "failback to the thawed gateway 0 under fio verify" 0 120 true
+
+# NIC servicing at the moment the active gateway dies: the disk moves to gateway 1 over TCP,
+# then back to RDMA there once the device is back.
+nic=$(tr_nic)
+gw_nic() { gw_sig 0 KILL; on compute "rdma link delete $TR_RXE" >/dev/null; }
+gw_drill nic "gateway 0 SIGKILLed as the compute VM's RDMA device is deleted" 1 90 gw_nic
+t=$(tr_get "$dev" active_transport)
+on compute "rdma link add $TR_RXE type rxe netdev $nic" >/dev/null
+tr_wait nic2 "$dev" 120 rdma >/dev/null
+back=$?
+[ "$t" = tcp ] && [ $back = 0 ] && [ "$(tr_get "$dev" active_path | cut -d' ' -f1)" = 1 ]
+res $? "on gateway 1 over $t while the device was gone; RDMA again there once it is back"
+tr_rxe_restore >/dev/null 2>&1
+
+# ext4 with a checksum manifest, written while the active gateway dies.
+# shellcheck disable=SC2086 # TARGS: words
+gw 0 dk_target_start $TARGS --gateway vol89 --export "f89=$fback" >/dev/null &&
+  gw_wait "$dev" 0 120 >/dev/null
+res $? "gateway 0 started again; the disk failed back to it"
+rm -f "$TB_DIR/$DK_ID.gwkill"
+on compute "set -e; mkfs.ext4 -q -F /dev/$dev && mkdir -p $MNT && mount /dev/$dev $MNT && cd $MNT
+head -c 2097152 /dev/urandom >a.bin; sync; echo kill >$TB_DIR/$DK_ID.gwkill
+for i in \$(seq 12); do head -c \$((i * 40000 + 7)) /dev/urandom >f\$i; sync; done
+find . -type f | sort | xargs sha256sum >$SUMS.gw; cd /; umount $MNT" >"$TB_DIR/$DK_ID.ext4gw.out" 2>&1 &
+wpid=$!
+for ((i = 0; i < 600; i++)); do [ -e "$TB_DIR/$DK_ID.gwkill" ] && break; sleep 0.2; done
+gw_sig 0 KILL
+wait $wpid
+tail -n 3 "$TB_DIR/$DK_ID.ext4gw.out" | indent
+on compute "mount /dev/$dev $MNT && cd $MNT && sha256sum -c --quiet $SUMS.gw && cd / && umount $MNT"
+rc=$?
+ie=$(tr_stat "$dev" io_errors)
+[ $rc = 0 ] && n_eq "$(grep -c . "$SUMS.gw" 2>/dev/null)" 13 && n_eq "$ie" 0 &&
+  [ "$(tr_get "$dev" active_path | cut -d' ' -f1)" = 1 ]
+res $? "ext4: 13 files written and synced while gateway 0 was SIGKILLed; on gateway 1, every checksum matches; io_errors=$ie"
+echo "  gateway I/O gaps: $GW_GAPS"
+
+cleanup89gw

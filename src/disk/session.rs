@@ -149,7 +149,8 @@ impl DiskDev {
                     let kicked = if installed.is_some() {
                         self.nap_checking(backoff)
                     } else {
-                        self.nap(backoff)
+                        // Not past the moment the lost target is to be left.
+                        self.nap(backoff.min(self.failover_in_ms()))
                     };
                     if !kicked {
                         backoff = (backoff * 2).min(BACKOFF_MAX_MS);
@@ -884,6 +885,19 @@ impl DiskDev {
             why.name()
         );
         true
+    }
+
+    /// How long until the active target, lost, is to be left for the next (`u32::MAX`: it is
+    /// not lost, or it is the only one).
+    fn failover_in_ms(&self) -> u32 {
+        let now = now_ms() as u64;
+        let p = self.pathsel.lock();
+        match p.lost_ms() {
+            Some(lost) if p.len() > 1 => (lost + u64::from(self.path_failover_ms()))
+                .saturating_sub(now)
+                .clamp(1, u64::from(u32::MAX)) as u32,
+            _ => u32::MAX,
+        }
     }
 
     /// `path_failover_ms`.

@@ -530,10 +530,10 @@ impl Policy {
 
     /// Sets the sysfs `transport` knob.
     /// The disk moved to another target (several gateways): the failures the lost one caused
-    /// say nothing of RDMA to the new one. The failure window is cleared, and a drain to TCP
-    /// that they started (no connection, or RDMA failures; mode `Auto`, a device present) is
-    /// dropped, so the new target is tried on RDMA first. A drain for any other reason (the
-    /// device went, a manual switch), or a disk on TCP already, stays as it is.
+    /// say nothing of RDMA to the new one. The failure window is cleared, and a switch to TCP
+    /// that they made (no connection, or RDMA failures; mode `Auto`, a device present), drained
+    /// or draining, is undone, so the new target is tried on RDMA first (and TCP at once if
+    /// that fails). A switch for any other reason (the device went, a manual switch) stays.
     pub fn on_new_target(&mut self, now_ms: u64) {
         let _ = now_ms;
         self.failures = [0; MAX_FAILOVER_THRESHOLD as usize];
@@ -543,13 +543,15 @@ impl Policy {
             self.drain_reason,
             Some(SwitchReason::NoConnection | SwitchReason::RdmaFailures)
         );
-        if self.mode == Mode::Auto
-            && self.device_present
-            && dropped
-            && self.state == (State::Draining { to: Transport::Tcp })
-        {
+        let on_tcp = matches!(
+            self.state,
+            State::Draining { to: Transport::Tcp } | State::Tcp | State::Probing
+        );
+        if self.mode == Mode::Auto && self.device_present && dropped && on_tcp {
             self.state = State::Rdma;
             self.drain_reason = None;
+            self.probe_outstanding = false;
+            self.probe_successes = 0;
         }
     }
 
@@ -668,6 +670,15 @@ mod tests {
         assert_eq!(p.state(), DRAIN_TCP);
         p.on_new_target(3);
         assert_eq!(p.state(), State::Rdma);
+        // Drained to TCP already (and probing): back to RDMA too.
+        let mut q = Policy::new(cfg(), 0);
+        for t in 0..3 {
+            q.on_rdma_failure(t);
+        }
+        assert_eq!(q.on_drained(5), Action::UseTcp);
+        assert_eq!(q.state(), State::Probing);
+        q.on_new_target(6);
+        assert_eq!(q.state(), State::Rdma);
         // The window is empty again: two more failures do not reach the threshold of three.
         p.on_rdma_failure(4);
         p.on_rdma_failure(5);
