@@ -227,7 +227,10 @@ impl DiskDev {
     /// Connects a whole set on `t` as `epoch` within `budget_ms` (all or none).
     fn connect_set(self: &Arc<Self>, t: Transport, epoch: u32, budget_ms: u32) -> Result<Set> {
         let host: Arc<dyn QueueHost> = self.clone();
-        let path = self.pathsel.lock().active();
+        let (path, takeover) = {
+            let p = self.pathsel.lock();
+            (p.active(), p.takeover())
+        };
         let deadline = now_ms() + i64::from(budget_ms);
         let n = usize::from(self.info.nr_queues);
         let mut queues = KVec::with_capacity(n, GFP_KERNEL)?;
@@ -240,8 +243,14 @@ impl DiskDev {
                     return Err(errno(kernel::bindings::ETIMEDOUT));
                 }
                 // One connection never takes more than its own budget: a target that accepts
-                // but never answers must not hold the session for the whole set's.
-                let budget = left.min(i64::from(CONNECT_BUDGET_MS)) as u32;
+                // but never answers must not hold the session for the whole set's. The first
+                // on a gateway just moved to may take the store's lock over from a frozen one.
+                let cap = if qid == 0 && takeover {
+                    u64::from(CONNECT_BUDGET_MS) + crate::proto::paths::TAKEOVER_MS
+                } else {
+                    u64::from(CONNECT_BUDGET_MS)
+                };
+                let budget = left.min(cap as i64) as u32;
                 let (q, reply) = Queue::connect(&host, ConnId { qid, epoch, path }, t, budget)?;
                 max_io = max_io.min(q.max_io_bytes());
                 // Room for `n` was reserved above.

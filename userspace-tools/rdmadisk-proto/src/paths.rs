@@ -27,6 +27,14 @@
 pub const MIN_ATTEMPT_MS: u64 = 1_000;
 /// `path_failover_ms` by default: seconds, well under the loss timeout.
 pub const DEFAULT_FAILOVER_MS: u32 = 3_000;
+/// More time the first connection of the first attempt on a target just moved to gets: its
+/// Hello takes the store's lock over, and taking it from a frozen owner waits for Ceph to drop
+/// that owner's watch (`osd_client_watch_timeout`, 30 s by default; about 11 s with the bed's
+/// 10 s).
+pub const TAKEOVER_MS: u64 = 30_000;
+/// A target given up this recently is not new: an attempt on it gets only the failover time.
+/// Moving back to a frozen one must not cost a full set-up budget.
+pub const RECENTLY_DOWN_MS: u64 = 60_000;
 
 /// A disk's choice of path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +47,10 @@ pub struct PathSel {
     fresh: bool,
     /// Good probes of the preferred path in a row.
     probes_ok: u32,
+    /// When each path was last given up.
+    down_ms: [Option<u64>; super::options::MAX_TARGETS],
+    /// The last attempt was the first on a path just moved to, which may take a lock over.
+    takeover: bool,
 }
 
 impl PathSel {
@@ -50,6 +62,8 @@ impl PathSel {
             lost_ms: None,
             fresh: true,
             probes_ok: 0,
+            down_ms: [None; super::options::MAX_TARGETS],
+            takeover: false,
         }
     }
 
@@ -81,24 +95,41 @@ impl PathSel {
     pub fn on_installed(&mut self, path: u8) {
         if path < self.n {
             self.active = path;
+            self.down_ms[usize::from(path)] = None;
         }
         self.lost_ms = None;
         self.fresh = false;
+        self.takeover = false;
         self.probes_ok = 0;
     }
 
     /// The budget of a connect attempt on the active path at `now`, given the `full` budget:
-    /// the full one for a path just moved to (or the only path), else what is left of the
-    /// failover time, at least [`MIN_ATTEMPT_MS`]. Counts as the attempt.
+    /// for a path just moved to, the full one and [`TAKEOVER_MS`] more for its first connection
+    /// ([`PathSel::takeover`]); for a path retried, or moved back to within
+    /// [`RECENTLY_DOWN_MS`] of giving it up, what is left of the failover time, at least
+    /// [`MIN_ATTEMPT_MS`]; for the only path, the full one. Counts as the attempt.
     pub fn attempt_budget_ms(&mut self, now: u64, full: u64, failover_ms: u32) -> u64 {
         let fresh = core::mem::replace(&mut self.fresh, false);
+        self.takeover = false;
+        let recently_down = self.down_ms[usize::from(self.active)]
+            .is_some_and(|d| now.saturating_sub(d) < RECENTLY_DOWN_MS);
         match self.lost_ms {
-            Some(lost) if self.n > 1 && !fresh => {
+            Some(lost) if self.n > 1 && (!fresh || recently_down) => {
                 let left = (lost + u64::from(failover_ms)).saturating_sub(now);
                 left.max(MIN_ATTEMPT_MS).min(full)
             }
+            Some(_) if self.n > 1 => {
+                self.takeover = true;
+                full + TAKEOVER_MS
+            }
             _ => full,
         }
+    }
+
+    /// Whether the last attempt was the first on a path just moved to: its first connection
+    /// may take [`TAKEOVER_MS`] more than any other.
+    pub fn takeover(&self) -> bool {
+        self.takeover
     }
 
     /// Whether the session should leave the active path at `now`: it has been lost for
@@ -115,11 +146,13 @@ impl PathSel {
     /// Moves to path `to` at `now` (after [`PathSel::failover_due`]): its own failover clock
     /// starts, and its first attempt gets the full budget.
     pub fn fail_over(&mut self, to: u8, now: u64) {
+        self.down_ms[usize::from(self.active)] = Some(now);
         if to < self.n {
             self.active = to;
         }
         self.lost_ms = Some(now);
         self.fresh = true;
+        self.takeover = false;
         self.probes_ok = 0;
     }
 
@@ -183,11 +216,27 @@ mod tests {
         assert_eq!(p.attempt_budget_ms(1_500, 10_000, 3_000), 2_500);
         assert_eq!(p.attempt_budget_ms(3_900, 10_000, 3_000), MIN_ATTEMPT_MS);
         p.fail_over(1, 4_000);
-        // The first attempt on the new path: the full budget (a takeover there takes time).
-        assert_eq!(p.attempt_budget_ms(4_000, 10_000, 3_000), 10_000);
+        // The first attempt on the new path: the full budget, and time for a takeover there.
+        assert_eq!(
+            p.attempt_budget_ms(4_000, 10_000, 3_000),
+            10_000 + TAKEOVER_MS
+        );
+        assert!(p.takeover());
         assert_eq!(p.attempt_budget_ms(5_000, 10_000, 3_000), 2_000);
+        assert!(!p.takeover());
         // Never more than the full budget.
         assert_eq!(p.attempt_budget_ms(5_000, 500, 3_000), 500);
+        // Back to the path given up a moment ago (frozen, say): only the failover time.
+        p.fail_over(0, 8_000);
+        assert_eq!(p.attempt_budget_ms(8_000, 10_000, 3_000), 3_000);
+        assert!(!p.takeover());
+        // Given up long ago, it is new again.
+        p.fail_over(1, 8_000 + RECENTLY_DOWN_MS);
+        p.fail_over(0, 9_000 + 2 * RECENTLY_DOWN_MS);
+        assert_eq!(
+            p.attempt_budget_ms(9_000 + 2 * RECENTLY_DOWN_MS, 10_000, 3_000),
+            10_000 + TAKEOVER_MS
+        );
     }
 
     #[test]
