@@ -28,9 +28,9 @@ pub const MIN_ATTEMPT_MS: u64 = 1_000;
 /// `path_failover_ms` by default: seconds, well under the loss timeout.
 pub const DEFAULT_FAILOVER_MS: u32 = 3_000;
 /// More time the first connection of the first attempt on a target just moved to gets: its
-/// Hello takes the store's lock over, and taking it from a frozen owner waits for Ceph to drop
-/// that owner's watch (`osd_client_watch_timeout`, 30 s by default; about 11 s with the bed's
-/// 10 s).
+/// Hello takes the store's lock over, which from a frozen owner took about 11 s in the bed,
+/// about its `osd_client_watch_timeout` of 10 s (Ceph's default is 30 s): it appears to wait
+/// for Ceph to drop that owner's watch.
 pub const TAKEOVER_MS: u64 = 30_000;
 /// A target given up this recently is not new: an attempt on it gets only the failover time.
 /// Moving back to a frozen one must not cost a full set-up budget.
