@@ -1023,9 +1023,7 @@ impl DiskDev {
         let epoch = self.next_epoch();
         // The set goes to the first target; the serving one stays active until it is swapped.
         let res = {
-            let mut p = self.pathsel.lock();
-            p.fail_over(0, now_ms() as u64);
-            drop(p);
+            self.pathsel.lock().begin_failback();
             // One connection's budget for the whole set: the serving set waits on this work
             // for its health checks meanwhile.
             let r = self.connect_set(t, epoch, CONNECT_BUDGET_MS);

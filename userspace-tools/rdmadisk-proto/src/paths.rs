@@ -172,6 +172,15 @@ impl PathSel {
         self.probes_ok >= failback_probes.max(1)
     }
 
+    /// A failback begins: connection sets go to the first path until [`PathSel::on_installed`]
+    /// says which serves (the first, or, after a failed connect, the one that served before:
+    /// then [`PathSel::failback_failed`] too). The serving path is not lost: it is not given
+    /// up, and its failover clock does not start.
+    pub fn begin_failback(&mut self) {
+        self.active = 0;
+        self.takeover = false;
+    }
+
     /// A failback's connect failed: the serving path stays, and the probes count again.
     pub fn failback_failed(&mut self) {
         self.probes_ok = 0;
@@ -262,6 +271,14 @@ mod tests {
         assert!(p.on_probe(true, 3));
         p.failback_failed();
         assert!(!p.on_probe(true, 3), "a failed failback counts again");
+        // A failback does not give the serving path up: should the first path be lost soon
+        // after, moving back to it gets the full budget and the takeover's time.
+        p.begin_failback();
+        assert_eq!(p.active(), 0);
+        p.on_installed(0);
+        p.on_lost(100);
+        p.fail_over(1, 3_100);
+        assert_eq!(p.attempt_budget_ms(3_100, 10_000, 3_000), 10_000 + TAKEOVER_MS);
     }
 
     #[test]
