@@ -154,7 +154,8 @@ impl DiskTable {
 pub(crate) fn map_device(table: &Arc<DiskTable>, input: &[u8]) -> Result {
     let opts = Options::parse(input)
         .and_then(|o| {
-            o.require(&[Key::Name, Key::Export])?;
+            // `addr` is there with either `addr=` or `target=`.
+            o.require(&[Key::Name, Key::Addr, Key::Export])?;
             Ok(o)
         })
         .map_err(|e| {
