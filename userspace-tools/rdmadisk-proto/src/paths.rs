@@ -278,7 +278,10 @@ mod tests {
         p.on_installed(0);
         p.on_lost(100);
         p.fail_over(1, 3_100);
-        assert_eq!(p.attempt_budget_ms(3_100, 10_000, 3_000), 10_000 + TAKEOVER_MS);
+        assert_eq!(
+            p.attempt_budget_ms(3_100, 10_000, 3_000),
+            10_000 + TAKEOVER_MS
+        );
     }
 
     #[test]
