@@ -595,7 +595,7 @@ use Action::*;
 /// receives and sits on (frozen). The client fails over to gateway 1: the
 /// takeover breaks gateway 0's lock, write 0 is reissued and lands, and write 1
 /// follows it. Gateway 0 thaws before it has noticed the lost lock.
-const STALE_OWNER: &[Action] = &[
+const TAKEN_OVER_WHILE_FROZEN: &[Action] = &[
     Remap(0, 1),
     Process(0, 0),
     Process(0, 0),
@@ -610,72 +610,66 @@ const STALE_OWNER: &[Action] = &[
     Process(1, 0),
     Land(0),
     Thaw(0),
-    Process(0, 0),
-    Land(0),
 ];
+
+/// After [`TAKEN_OVER_WHILE_FROZEN`], the thawed gateway 0 sends write 0 on.
+fn stale_owner() -> Vec<Action> {
+    [TAKEN_OVER_WHILE_FROZEN, &[Process(0, 0), Land(0)]].concat()
+}
+
+/// `actions` keep every write in order with all the rules (write 0, reissued,
+/// lands once, then write 1), and without those `off` leaves out write 0 lands
+/// after write 1.
+fn needs(off: Rules, actions: &[Action], why: &str) {
+    let w = run(Rules::ALL, 2, actions).unwrap();
+    assert_eq!(w.landed[0], Some(1));
+    assert_eq!(w.landings, 2, "the old write 0 was refused");
+    let e = run(off, 2, actions).err().expect(why);
+    assert!(e.contains("write 0") && e.contains("after write 1"), "{e}");
+}
 
 #[test]
 fn a_thawed_old_owner_is_refused_by_the_blocklist() {
-    let w = run(Rules::ALL, 2, STALE_OWNER).unwrap();
-    assert_eq!(w.landed[0], Some(1));
-    assert_eq!(w.landings, 2, "the old owner's write 0 was refused");
-    let e = run(
+    needs(
         Rules {
             blocklist: false,
             ..Rules::ALL
         },
-        2,
-        STALE_OWNER,
-    )
-    .err()
-    .expect("without the blocklist write 0 lands after write 1");
-    assert!(e.contains("write 0") && e.contains("after write 1"), "{e}");
+        &stale_owner(),
+        "without the blocklist write 0 lands after write 1",
+    );
 }
 
-/// As [`STALE_OWNER`], but the client then comes back to gateway 0 with a
+/// As [`stale_owner`], but the client then comes back to gateway 0 with a
 /// newer set. Gateway 0 was blocklisted, so it reconnects as a fresh instance
 /// and takes the lock back; write 0 of the old set still waits in its inbox,
 /// and gateway 0's fence has never seen the newer sets of gateway 1. The fresh
 /// instance is not blocklisted: only the rule that a fresh instance serves no
 /// connection of the old one keeps write 0 out.
-const BACK_TO_THE_OLD_GATEWAY: &[Action] = &[
-    Remap(0, 1),
-    Process(0, 0),
-    Process(0, 0),
-    Write(0),
-    Freeze(0),
-    Failover(1),
-    Process(1, 0),
-    Process(1, 0),
-    Process(1, 0),
-    Land(0),
-    Write(0),
-    Process(1, 0),
-    Land(0),
-    Thaw(0),
-    Failover(0),
-    // Gateway 0's inbox: write 0, then the new set's two Hellos.
-    Process(0, 1),
-    Process(0, 0),
-    Land(0),
-];
+fn back_to_the_old_gateway() -> Vec<Action> {
+    [
+        TAKEN_OVER_WHILE_FROZEN,
+        &[
+            Failover(0),
+            // Gateway 0's inbox: write 0, then the new set's two Hellos.
+            Process(0, 1),
+            Process(0, 0),
+            Land(0),
+        ],
+    ]
+    .concat()
+}
 
 #[test]
 fn a_fresh_instance_serves_no_old_connection() {
-    let w = run(Rules::ALL, 2, BACK_TO_THE_OLD_GATEWAY).unwrap();
-    assert_eq!(w.landed[0], Some(1));
-    assert_eq!(w.landings, 2);
-    let e = run(
+    needs(
         Rules {
             old_connections_refused: false,
             ..Rules::ALL
         },
-        2,
-        BACK_TO_THE_OLD_GATEWAY,
-    )
-    .err()
-    .expect("write 0 through the fresh instance lands after write 1");
-    assert!(e.contains("write 0") && e.contains("after write 1"), "{e}");
+        &back_to_the_old_gateway(),
+        "write 0 through the fresh instance lands after write 1",
+    );
 }
 
 /// The client maps on gateway 0, whose first Hello is admitted (the set's
@@ -704,20 +698,14 @@ const LATE_HELLO: &[Action] = &[
 
 #[test]
 fn a_late_hello_of_an_abandoned_set_lets_no_old_write_in() {
-    let w = run(Rules::ALL, 2, LATE_HELLO).unwrap();
-    assert_eq!(w.landed[0], Some(1));
-    assert_eq!(w.landings, 2);
-    let e = run(
+    needs(
         Rules {
             old_connections_refused: false,
             ..Rules::ALL
         },
-        2,
         LATE_HELLO,
-    )
-    .err()
-    .expect("write 0 through the fresh instance lands after write 1");
-    assert!(e.contains("write 0") && e.contains("after write 1"), "{e}");
+        "write 0 through the fresh instance lands after write 1",
+    );
 }
 
 /// The search finds that rule missing by itself too.
