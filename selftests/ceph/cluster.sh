@@ -147,7 +147,9 @@ mon warn on pool no redundancy = false
 mon allow pool delete = true
 run dir = $dir/run
 pid file = $dir/run/\$name.pid
-admin socket = $dir/run/\$name.asok
+# One admin socket per client instance: a client whose path is taken pings the socket's owner
+# before it starts, and waits 10 s for the answer of one that is frozen (a SIGSTOPped target).
+admin socket = $dir/run/\$name.\$pid.\$cctid.asok
 log file = $dir/log/\$name.log
 keyring = $dir/keyring
 # Small: the test host's memory is shared with two VMs. 896 MiB is the least memory target
@@ -156,10 +158,12 @@ osd memory target = 939524096
 bluestore cache size = 67108864
 
 [mon]
+admin socket = $dir/run/\$name.asok
 mon data = $dir/mon.\$id
 mon cluster log file = $dir/log/cluster.log
 
 [osd]
+admin socket = $dir/run/\$name.asok
 osd data = $dir/osd.\$id
 keyring = $dir/osd.\$id/keyring
 $osd_store

@@ -64,10 +64,10 @@ struct Opened {
     /// This connection's address (`IP:PORT/NONCE`): how librbd names it as a lock owner, and
     /// what Ceph's blocklist names.
     me: String,
-    /// This image took the lock (at start, or in a takeover). Writes need it: librbd would
-    /// otherwise take a free lock by itself for a write, behind the takeover's back. Once
-    /// set, not holding the lock means another gateway took it, and Ceph blocklisted this
-    /// connection.
+    /// This image took the lock (at start, or in a takeover). Writes and flushes need it:
+    /// librbd would otherwise take a free lock by itself for them, behind the takeover's
+    /// back. Once set, not holding the lock means another gateway took it, and Ceph
+    /// blocklisted this connection.
     locked: AtomicBool,
     /// Which connection of the backing this is: 1 at start, one more for each afresh.
     instance: u64,
@@ -468,6 +468,19 @@ impl Backing for RbdBacking {
         let to: Arc<dyn Complete> = ring.mailbox()?;
         let o = self.current();
         let img = &o.image;
+        // An image that has not taken the lock yet (a gateway's, at start or connected afresh)
+        // still has librbd's automatic lock policy, which `lock_exclusive` ends: a flush, which
+        // librbd orders behind the lock, would have it ask the owner for the lock, or break it
+        // and take it, by itself; and a takeover meanwhile waits behind that (a second
+        // blocklisting of the owner, a second or so at the monitor). It has nothing to do:
+        // librbd's cache is off, so every write that completed, through any gateway, is
+        // durable already. Answered done, not refused: a read-only session, which never takes
+        // the lock, would otherwise be refused its flushes for good.
+        if matches!(op, IoOp::Flush) && !self.read_only && !o.locked.load(Ordering::Relaxed) {
+            to.complete(user_data, 0);
+            ring.started_elsewhere();
+            return Ok(());
+        }
         // A target that lost the image (another broke its lock: Ceph blocklisted it) writes
         // nothing more, whatever librbd would still try; nor does a gateway's image that has
         // not taken the lock (librbd would take a free one for the write). librbd's own view
@@ -519,7 +532,13 @@ impl Backing for RbdBacking {
     }
 
     fn sync(&self) -> io::Result<()> {
-        Ok(self.current().image.flush()?)
+        let o = self.current();
+        // Nothing was written through an image that never took the lock, and librbd would
+        // take the lock for the flush (see `start`).
+        if !self.read_only && !o.locked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Ok(o.image.flush()?)
     }
 
     fn gateway(&self) -> bool {
@@ -547,8 +566,12 @@ impl Backing for RbdBacking {
                 true
             }
         };
+        // How long each librbd step took, for the log: a slow takeover says which one waited.
+        let mut steps = Vec::new();
         if fresh {
+            let t = Instant::now();
             o = self.reopen(&o)?;
+            steps.push(format!("reopen {} ms", t.elapsed().as_millis()));
         }
         let mut broken = Vec::new();
         let end = Instant::now() + TAKEOVER_WAIT;
@@ -561,15 +584,20 @@ impl Backing for RbdBacking {
                     "RBD image {name}: taking the exclusive lock over from {owner} (gateway); \
                      Ceph blocklists it"
                 );
+                let t = Instant::now();
                 match o.image.break_lock(&owner) {
                     // Released, or taken by another, since it was listed: the acquire below
                     // sees which.
                     Err(e) if matches!(e.errno, libc::ENOENT | libc::EBUSY) => {}
                     r => r?,
                 }
+                steps.push(format!("break_lock {} ms", t.elapsed().as_millis()));
                 broken.push(owner);
             }
-            match o.image.lock_exclusive() {
+            let t = Instant::now();
+            let r = o.image.lock_exclusive();
+            steps.push(format!("lock_exclusive {} ms", t.elapsed().as_millis()));
+            match r {
                 Ok(()) => break,
                 // Another gateway took it in between: broken on the next turn.
                 Err(e)
@@ -584,10 +612,11 @@ impl Backing for RbdBacking {
         o.locked.store(true, Ordering::Relaxed);
         log::info!(
             "RBD image {name}: exclusive lock held by {} ({}) after a takeover of {} ms \
-             (gateway{})",
+             ({}; gateway{})",
             o.cluster.client(),
             o.me,
             began.elapsed().as_millis(),
+            steps.join(", "),
             if broken.is_empty() {
                 String::new()
             } else {
