@@ -124,18 +124,30 @@ impl DiskDev {
                     if installed.is_none() {
                         self.pathsel.lock().on_lost(now_ms() as u64);
                     }
-                    match self.bring_up(want) {
+                    let refused = errno(kernel::bindings::ECONNREFUSED);
+                    let mut gone = match self.bring_up(want) {
                         Ok(()) => {
                             backoff = BACKOFF_FIRST_MS;
                             continue;
                         }
                         // Superseded: the disk failed for good; nothing is tried any more.
                         Err(e) if e == errno(kernel::bindings::ESTALE) => continue,
-                        Err(_) => {}
+                        Err(e) => e == refused,
+                    };
+                    if installed.is_none() {
+                        match self.fall_back(want) {
+                            Ok(()) => {
+                                backoff = BACKOFF_FIRST_MS;
+                                continue;
+                            }
+                            Err(e) => {
+                                gone &= e == refused || e == errno(kernel::bindings::EOPNOTSUPP)
+                            }
+                        }
                     }
-                    if installed.is_none() && self.fall_back(want).is_ok() {
-                        backoff = BACKOFF_FIRST_MS;
-                        continue;
+                    // Refused on every transport tried: the lost target is gone, not slow.
+                    if installed.is_none() && gone {
+                        self.pathsel.lock().on_refused();
                     }
                     // Several targets: one lost for `path_failover_ms` is left for the next,
                     // which is tried at once.
@@ -518,11 +530,11 @@ impl DiskDev {
     }
 
     /// With no connection and `want` out of reach: tries the other transport at once, if the
-    /// policy allows (mode `auto`).
+    /// policy allows (mode `auto`; `EOPNOTSUPP` if not).
     fn fall_back(self: &Arc<Self>, want: Transport) -> Result {
         let t = other(want);
         if self.policy.lock().on_fallback(t, now_ms() as u64) == Action::None {
-            return Err(EAGAIN);
+            return Err(errno(kernel::bindings::EOPNOTSUPP));
         }
         pr_info!(
             "{}: no connection over {}; trying {}\n",
@@ -935,29 +947,34 @@ impl DiskDev {
         Err(EINVAL)
     }
 
-    /// With several targets and the active one lost for `path_failover_ms`: moves to the next
-    /// one (docs/design.md, "Several gateways"). True if it did. The requests wait in blk-mq
-    /// meanwhile, as for any reconnect; the loss timeout runs on from the first loss.
+    /// With several targets and the active one lost for `path_failover_ms`, or refusing every
+    /// connect: moves to the next one (docs/design.md, "Several gateways"). True if it did.
+    /// The requests wait in blk-mq meanwhile, as for any reconnect; the loss timeout runs on
+    /// from the first loss.
     fn fail_over_path(&self) -> bool {
         let now = now_ms() as u64;
-        let (from, to) = {
+        let (from, to, lost_ms, refused) = {
             let mut p = self.pathsel.lock();
             let Some(to) = p.failover_due(now, self.path_failover_ms()) else {
                 return false;
             };
-            let from = p.active();
+            let (from, lost, refused) = (p.active(), p.lost_ms().unwrap_or(now), p.refused());
             p.fail_over(to, now);
-            (from, to)
+            (from, to, now.saturating_sub(lost), refused)
         };
         self.info.paths.note_down(from, now as i64);
         self.info.paths.set_active(to);
         self.policy.lock().on_new_target(now);
         Stats::inc(&self.info.stats.path_failovers);
         pr_warn!(
-            "{}: target {} lost for {} ms (path_failover_ms): moving to target {}\n",
+            "{}: target {} lost for {lost_ms} ms ({}): moving to target {}\n",
             self.name(),
             self.info.paths.addr(from).rdma,
-            self.path_failover_ms(),
+            if refused && lost_ms < u64::from(self.path_failover_ms()) {
+                "it refuses connections"
+            } else {
+                "path_failover_ms"
+            },
             self.info.paths.addr(to).rdma
         );
         true

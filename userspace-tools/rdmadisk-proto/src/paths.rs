@@ -11,6 +11,12 @@
 //!   budget; a path it keeps retrying gets only what is left of `path_failover_ms` (at least
 //!   [`MIN_ATTEMPT_MS`]), so a target that accepts connections but never answers (frozen)
 //!   cannot hold the disk longer than that.
+//! - **Refused.** A lost path that refuses the session's connects (nothing listens there: the
+//!   target died or is restarting; or the target said no, Busy when it could not take the
+//!   store's lock over) is left at once, without waiting out `path_failover_ms`, as nvme
+//!   multipath leaves a path whose controller is gone. Unless the next path was itself given
+//!   up within [`RECENTLY_DOWN_MS`]: with every target down, the session then moves on at the
+//!   `path_failover_ms` pace, not round and round.
 //! - **The loss timeout** counts from the first loss, across paths: it means "no usable path
 //!   for this long". This module does not see it.
 //! - **Failback.** While a path other than the first (the preferred one) serves, the session
@@ -28,9 +34,9 @@ pub const MIN_ATTEMPT_MS: u64 = 1_000;
 /// `path_failover_ms` by default: seconds, well under the loss timeout.
 pub const DEFAULT_FAILOVER_MS: u32 = 3_000;
 /// More time the first connection of the first attempt on a target just moved to gets: its
-/// Hello takes the store's lock over, which from a frozen owner took about 11 s in the bed,
-/// about its `osd_client_watch_timeout` of 10 s (Ceph's default is 30 s): it appears to wait
-/// for Ceph to drop that owner's watch.
+/// Hello takes the store's lock over, which blocklists the old owner at the monitors, and may
+/// first connect the gateway to the cluster afresh (0.1-1 s in the bed; about 11 s when the
+/// new cluster client waited on an admin socket a frozen gateway held).
 pub const TAKEOVER_MS: u64 = 30_000;
 /// A target given up this recently is not new: an attempt on it gets only the failover time.
 /// Moving back to a frozen one must not cost a full set-up budget.
@@ -51,6 +57,8 @@ pub struct PathSel {
     down_ms: [Option<u64>; super::options::MAX_TARGETS],
     /// The last attempt was the first on a path just moved to, which may take a lock over.
     takeover: bool,
+    /// The active path refused a connect since it was lost.
+    refused: bool,
 }
 
 impl PathSel {
@@ -64,6 +72,7 @@ impl PathSel {
             probes_ok: 0,
             down_ms: [None; super::options::MAX_TARGETS],
             takeover: false,
+            refused: false,
         }
     }
 
@@ -100,7 +109,21 @@ impl PathSel {
         self.lost_ms = None;
         self.fresh = false;
         self.takeover = false;
+        self.refused = false;
         self.probes_ok = 0;
+    }
+
+    /// Whether the lost active path refused a connect ([`PathSel::on_refused`]).
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
+
+    /// The lost active path refused a connect (`ECONNREFUSED` on every transport tried): it
+    /// is gone, not slow, and [`PathSel::failover_due`] need not wait for it.
+    pub fn on_refused(&mut self) {
+        if self.lost_ms.is_some() {
+            self.refused = true;
+        }
     }
 
     /// The budget of a connect attempt on the active path at `now`, given the `full` budget:
@@ -132,15 +155,16 @@ impl PathSel {
         self.takeover
     }
 
-    /// Whether the session should leave the active path at `now`: it has been lost for
-    /// `failover_ms` and there is another. Returns the path to try next.
+    /// Whether the session should leave the active path at `now`: there is another, and the
+    /// active one has been lost for `failover_ms`, or refused a connect while the next one
+    /// was not given up within [`RECENTLY_DOWN_MS`]. Returns the path to try next.
     pub fn failover_due(&self, now: u64, failover_ms: u32) -> Option<u8> {
-        match self.lost_ms {
-            Some(lost) if self.n > 1 && now.saturating_sub(lost) >= u64::from(failover_ms) => {
-                Some((self.active + 1) % self.n)
-            }
-            _ => None,
-        }
+        let lost = self.lost_ms.filter(|_| self.n > 1)?;
+        let next = (self.active + 1) % self.n;
+        let waited = now.saturating_sub(lost) >= u64::from(failover_ms);
+        let next_up = self.down_ms[usize::from(next)]
+            .is_none_or(|d| now.saturating_sub(d) >= RECENTLY_DOWN_MS);
+        (waited || (self.refused && next_up)).then_some(next)
     }
 
     /// Moves to path `to` at `now` (after [`PathSel::failover_due`]): its own failover clock
@@ -153,6 +177,7 @@ impl PathSel {
         self.lost_ms = Some(now);
         self.fresh = true;
         self.takeover = false;
+        self.refused = false;
         self.probes_ok = 0;
     }
 
@@ -246,6 +271,35 @@ mod tests {
             p.attempt_budget_ms(9_000 + 2 * RECENTLY_DOWN_MS, 10_000, 3_000),
             10_000 + TAKEOVER_MS
         );
+    }
+
+    #[test]
+    fn a_refused_path_is_left_at_once_unless_the_next_went_down_lately() {
+        let mut p = PathSel::new(2);
+        p.on_installed(0);
+        p.on_refused(); // not lost: nothing to leave
+        p.on_lost(1_000);
+        assert_eq!(p.failover_due(1_100, 3_000), None);
+        p.on_refused();
+        assert_eq!(p.failover_due(1_100, 3_000), Some(1));
+        p.fail_over(1, 1_100);
+        // Target 1 refuses too: target 0 was given up 0.1 s ago, so the pace is the bound's.
+        p.on_refused();
+        assert_eq!(p.failover_due(1_200, 3_000), None);
+        assert_eq!(p.failover_due(4_100, 3_000), Some(0));
+        // Once target 0 has been down long enough, a refusal moves on at once again.
+        p.fail_over(0, 4_100);
+        p.on_refused();
+        assert_eq!(p.failover_due(4_200, 3_000), None);
+        assert_eq!(
+            p.failover_due(4_100 + RECENTLY_DOWN_MS - 1, 1_000_000),
+            None
+        );
+        assert_eq!(p.failover_due(4_100 + RECENTLY_DOWN_MS, 1_000_000), Some(1));
+        // Serving again ends the refusal.
+        p.on_installed(0);
+        p.on_lost(200_000);
+        assert_eq!(p.failover_due(200_100, 3_000), None);
     }
 
     #[test]
