@@ -16,6 +16,8 @@
 source "$TB_REPO/selftests/tests/lib/disk.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/transport.sh
 source "$TB_REPO/selftests/tests/lib/transport.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/gateways.sh
+source "$TB_REPO/selftests/tests/lib/gateways.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
 MNT=/mnt/rdmadisk89
 SUMS=$TB_DIR/$DK_ID.sha256
@@ -170,25 +172,6 @@ res $? "the OSD thawed: the disk serves again, every checksum matches"
 # stretch without a completion. Last, ext4 with a checksum manifest across a gateway's death.
 dk_unmap "$dev" normal >/dev/null && dk_gone "$dev" 10 && dk_target_stop >/dev/null
 res $? "unmapped; the single target stopped (it releases the lock)"
-gw() { # gw N FUNCTION ARGS...: a lib/disk.sh target function, for gateway N (ports 7700+10N)
-  local n=$1
-  shift
-  DK_PORT=$((7700 + 10 * n)) DK_TCP_PORT=$((7701 + 10 * n)) DK_TLOG=$TB_DIR/$DK_ID.gw$n.log \
-    DK_TPID=$TB_DIR/$DK_ID.gw$n.pid DK_STATS=$TB_DIR/$DK_ID.gw$n.stats "$@"
-}
-gw_sig() { on storage "kill -$2 \$(cat $TB_DIR/$DK_ID.gw$1.pid)" >/dev/null; } # gw_sig N SIGNAL
-# gw_wait DEV PATH SECONDS: until active_path reads PATH and the disk is live; prints "ms=N"
-gw_wait() {
-  on compute "$DK_VM_DEFS
-now_us; t0=\$us
-while :; do
-  a=; s=; read -r a _ 2>/dev/null </sys/block/$1/rdmadisk/active_path; read -r s 2>/dev/null </sys/block/$1/rdmadisk/state
-  now_us; ms=\$(( (us - t0) / 1000 ))
-  [ \"\$a\" = $2 ] && [ \"\$s\" = live ] && { echo ms=\$ms; exit 0; }
-  [ \$ms -ge $(($3 * 1000)) ] && { echo ms=\$ms active_path=\$a state=\$s; exit 1; }
-  pause 0.2
-done"
-}
 cleanup89gw() {
   gw 0 dk_target_stop >/dev/null 2>&1
   gw 1 dk_target_stop >/dev/null 2>&1
@@ -202,7 +185,7 @@ if ! res $? "two gateways of rbd/vol89: ports 7700/7701 and 7710/7711"; then
   on storage "tail -n 5 $TB_DIR/$DK_ID.gw0.log $TB_DIR/$DK_ID.gw1.log" | indent
   cleanup89gw; return 0 2>/dev/null || exit 0
 fi
-DK_TARGETS="target=$DK_S:7700:7701,$DK_S:7710:7711"
+DK_TARGETS=$(gw_targets 2)
 
 out=$(dk_map "name=f89 $DK_TARGETS export=f89")
 rc=$?
