@@ -15,6 +15,9 @@
 #                   on a bench kernel without the debug options (figures and same-run ratios,
 #                   selftests/out/bench/; docs/bench/ is the committed run)
 #   make bench-transport  TCP against RDMA figures, and the I/O gap of a NIC servicing cycle
+#   make bench-gateways  the I/O gap when a disk's gateway dies and comes back, against nvme
+#                   native multipath losing and regaining a port (selftests/out/bench-gateways/;
+#                   docs/bench/gateways.md is the committed run)
 #   make soak N=100 [EVERY=10]  NIC servicing in each of N cycles and every other fault kind in
 #                   every EVERY-th, under verified I/O, then permanent target deaths; the
 #                   reliability table (55-69 minutes under TCG for N=100, docs/reliability.md)
@@ -39,7 +42,7 @@ KMAKEFLAGS := RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc BINDGEN=$(CACHE)/bin
 endif
 CARGO_DIR := userspace-tools
 
-.PHONY: all module kernel deps userspace check check-host check-vm demo bench bench-transport soak clean dkms-install
+.PHONY: all module kernel deps userspace check check-host check-vm demo bench bench-gateways bench-transport soak clean dkms-install
 
 all: module
 
@@ -83,6 +86,12 @@ BENCH_KERNEL ?= bench
 export BENCH_KERNEL
 bench: $(if $(filter debug,$(BENCH_KERNEL)),module) deps userspace
 	@selftests/bench/peers.sh
+
+# The I/O gap when the path serving a disk goes and comes back: rdmadisk's two gateways of one
+# RBD image against nvme native multipath over two nvmet ports, on the bench kernel (the one
+# with nvme multipath). BENCH_REPS, BENCH_GAP_SECS (selftests/bench/gateways.sh).
+bench-gateways: $(if $(filter debug,$(BENCH_KERNEL)),module) deps userspace
+	@selftests/bench/gateways.sh
 
 # The full soak: N cycles under verified I/O, NIC servicing in each and every other fault kind
 # in every EVERY-th (default N/10), then permanent target deaths; writes

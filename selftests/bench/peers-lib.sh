@@ -403,10 +403,7 @@ bp_gap() {
     on compute "echo auto >/sys/block/$dev/rdmadisk/transport" || return 1
     tr_wait "gap-auto" "$dev" 120 rdma >/dev/null || { echo "  rdmadisk: not on RDMA under auto: $TR_WAIT"; return 1; }
   fi
-  on compute "rm -f ${log}_*.log $log.json $log.rc
-setsid bash -c 'fio --name=gap --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
-  --rw=randread --bs=4k --iodepth=1 --time_based --runtime=$secs --write_lat_log=$log --log_avg_msec=0 \
-  --output-format=json --output=$log.json >$log.err 2>&1; echo \$? >$log.rc' </dev/null >/dev/null 2>&1 &" >/dev/null
+  bp_gap_fio "$log" "$dev" "$secs" --rw=randread --bs=4k --iodepth=1
   sleep 12
   if [ "$sys" = rdmadisk-rdma ]; then
     base=$(tr_stat "$dev" tcp_ios)
@@ -424,12 +421,30 @@ setsid bash -c 'fio --name=gap --filename=/dev/$dev --ioengine=libaio --direct=1
     bp_log "$sys: rxe0 deleted 20 s ago; /dev/$dev $(on compute "test -b /dev/$dev && echo is there || echo is gone")"
   fi
   tr_rxe_restore
+  bp_gap_sample "$log" "$dev" "$secs" "$sys" nic_gap 0
+}
+
+# bp_gap_fio LOG DEV SECONDS FIO-ARGS...: fio on the compute VM's /dev/DEV in its background
+# for SECONDS, logging every completion (LOG_clat.1.log) and its result (LOG.json, LOG.rc).
+bp_gap_fio() {
+  local log=$1 dev=$2 secs=$3
+  shift 3
+  on compute "rm -f ${log}_*.log $log.json $log.rc
+setsid bash -c 'fio --name=gap --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
+  $* --time_based --runtime=$secs --write_lat_log=$log --log_avg_msec=0 \
+  --output-format=json --output=$log.json >$log.err 2>&1; echo \$? >$log.rc' </dev/null >/dev/null 2>&1 &" >/dev/null
+}
+
+# bp_gap_sample LOG DEV SECONDS SYSTEM JOB REP: waits for bp_gap_fio's fio, then appends a
+# sample: the longest gap between two completions, the completions, fio's error if it stopped
+# on one, and whether /dev/DEV is still there.
+bp_gap_sample() {
+  local log=$1 dev=$2 secs=$3 left
   on compute "for i in \$(seq $((secs + 60))); do [ -s $log.rc ] && exit 0; sleep 1; done; exit 1" >/dev/null
-  local left
   left=$(on compute "test -b /dev/$dev && echo true || echo false")
-  python3 - "$log" "$sys" "$left" >>"$BP_SAMPLES" <<'PY' || { echo "  no gap sample for $sys"; return 1; }
+  python3 - "$log" "$4" "$left" "$5" "$6" >>"$BP_SAMPLES" <<'PY' || { echo "  no gap sample for $4"; return 1; }
 import json, sys
-log, sysname, left = sys.argv[1:]
+log, sysname, left, job, rep = sys.argv[1:]
 try:
     t = sorted(int(l.split(",")[0]) for l in open(log + "_clat.1.log") if l.strip())
 except OSError:
@@ -445,7 +460,7 @@ rc = open(log + ".rc").read().strip()
 if rc != "0" and err is None:
     err = f"fio exit {rc}"
 gap = max((b - a for a, b in zip(t, t[1:])), default=None)
-print(json.dumps({"system": sysname, "job": "nic_gap", "rep": 0, "gap_ms": gap, "completions": len(t),
+print(json.dumps({"system": sysname, "job": job, "rep": int(rep), "gap_ms": gap, "completions": len(t),
                   "fio_error": err, "device_left": left == "true"}))
 PY
   tail -n1 "$BP_SAMPLES" | sed 's/^/  /'

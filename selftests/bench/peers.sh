@@ -39,25 +39,12 @@ RBD_JOBS="rr4k_qd1 rw4k_qd1 rr4k_qd16"
 # RAM disks the size of the test data (brd allocates its pages as they are written): one
 # every system serves, and its twin for rdmadisk-tcp (peers-lib.sh says why).
 export TB_APPEND="brd.rd_nr=2 brd.rd_size=$((64 << 10))"
-export KERNEL_FLAVOR=${BENCH_KERNEL:-bench}
-case $KERNEL_FLAVOR in
-  debug) why="the test kernel, with lockdep, KFENCE, kmemleak and DEBUG_ATOMIC_SLEEP" ;;
-  bench) why="the bench kernel: the test kernel without its debug options (selftests/kernel/bench.config)" ;;
-  *) echo "BENCH_KERNEL=$KERNEL_FLAVOR: it is bench or debug" >&2; exit 2 ;;
-esac
-echo "# [bench] kernel: $why"
-BP_KDIR=$("$HERE/kernel/build-kernel.sh") || exit 1
-if [ "$KERNEL_FLAVOR" = bench ]; then
-  # The module, built against the bench kernel from a copy of its sources (Kbuild builds in
-  # the source directory, where the test kernel's build lives).
-  modsrc=$HERE/out/module-bench
-  rm -rf "$modsrc" && "$HERE/host/dkms-source.sh" "$modsrc" &&
-    make -s -C "$BP_KDIR" M="$modsrc" RUSTC=/usr/bin/rustc HOSTRUSTC=/usr/bin/rustc \
-      BINDGEN="${RDMADISK_CACHE:-$HOME/.cache/rdmadisk}/bin/bindgen" modules >/dev/null ||
-    { echo "# [bench] cannot build rdmadisk.ko against $BP_KDIR" >&2; exit 1; }
-  export DK_KO=$modsrc/rdmadisk.ko
-fi
-export BP_KDIR
+# The bench kernel has nvme native multipath (for make bench-gateways); here every nvme system
+# is one controller of its own, as in the test kernel: nvme-rdma and nvme-tcp reach one
+# subsystem, and multipath would make them two paths of one disk.
+[ "${BENCH_KERNEL:-bench}" != bench ] || TB_APPEND+=" nvme_core.multipath=N"
+# shellcheck source-path=SCRIPTDIR source=kernel.sh
+source "$HERE/bench/kernel.sh"
 # shellcheck source-path=SCRIPTDIR source=../vm/testbed.sh
 source "$HERE/vm/testbed.sh"
 trap 'tb_shutdown >/dev/null 2>&1' EXIT
