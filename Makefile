@@ -17,7 +17,7 @@
 #   make bench-transport  TCP against RDMA figures, and the I/O gap of a NIC servicing cycle
 #   make bench-gateways  the I/O gap when a disk's gateway dies and comes back, against nvme
 #                   native multipath losing and regaining a port (selftests/out/bench-gateways/;
-#                   docs/bench/gateways.md is the committed run)
+#                   docs/bench/gateways/ is the committed run)
 #   make soak N=100 [EVERY=10]  NIC servicing in each of N cycles and every other fault kind in
 #                   every EVERY-th, under verified I/O, then permanent target deaths; the
 #                   reliability table (55-69 minutes under TCG for N=100, docs/reliability.md)

@@ -208,9 +208,9 @@ done
 kernel="$(on compute "uname -r"), $KERNEL_FLAVOR kernel"
 teardown
 
-python3 - "$OUT" "$kernel" "$SECS" "$REPS" "$((SECONDS - t0))" <<'PY'
+python3 - "$OUT" "$kernel" "$SECS" "$REPS" "$((SECONDS - t0))" "$(date -u '+%Y-%m-%d %H:%M UTC')" <<'PY'
 import json, statistics, sys
-out, kernel, secs, reps, took = sys.argv[1:]
+out, kernel, secs, reps, took, when = sys.argv[1:]
 s = [json.loads(l) for l in open(f"{out}/samples.jsonl")]
 def gaps(system, job):
     return {x["rep"]: x for x in s if x["system"] == system and x["job"] == job and "gap_ms" in x}
@@ -230,7 +230,7 @@ skipped = [x["skipped"] for x in s if "skipped" in x]
 md = [
     "# Gateway failover: rdmadisk against nvme native multipath",
     "",
-    f"Kernel {kernel}; fio 4 KiB random reads and writes (50/50) at QD4, {secs} s a run, the event 8 s in; "
+    f"{when}; kernel {kernel}; fio 4 KiB random reads and writes (50/50) at QD4, {secs} s a run, the event 8 s in; "
     f"{reps} repetitions; {int(took) // 60} min in all (make bench-gateways, selftests/bench/gateways.sh).",
     "",
     "Longest stretch without a completion, ms: median (min-max) of the repetitions; the ratio is each "
