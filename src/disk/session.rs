@@ -140,14 +140,18 @@ impl DiskDev {
                                 backoff = BACKOFF_FIRST_MS;
                                 continue;
                             }
-                            Err(e) => {
-                                gone &= e == refused || e == errno(kernel::bindings::EOPNOTSUPP)
+                            Err(e) if e == errno(kernel::bindings::ESTALE) => continue,
+                            // Not tried: counts as refused only if the policy keeps to `want`
+                            // (a mode that pins it); one that just turned to the other
+                            // transport tries it next, on this target.
+                            Err(e) if e == errno(kernel::bindings::EOPNOTSUPP) => {
+                                gone &= self.wanted() == want
                             }
+                            Err(e) => gone &= e == refused,
                         }
-                    }
-                    // Refused on every transport tried: the lost target is gone, not slow.
-                    if installed.is_none() && gone {
-                        self.pathsel.lock().on_refused();
+                        // Refused on every transport tried this time: the lost target is
+                        // gone, not slow.
+                        self.pathsel.lock().on_attempt(gone);
                     }
                     // Several targets: one lost for `path_failover_ms` is left for the next,
                     // which is tried at once.
@@ -912,12 +916,11 @@ impl DiskDev {
     /// not lost, or it is the only one).
     fn failover_in_ms(&self) -> u32 {
         let now = now_ms() as u64;
-        let p = self.pathsel.lock();
-        match p.lost_ms() {
-            Some(lost) if p.len() > 1 => (lost + u64::from(self.path_failover_ms()))
-                .saturating_sub(now)
-                .clamp(1, u64::from(u32::MAX)) as u32,
-            _ => u32::MAX,
+        let bound = self.path_failover_ms();
+        let at = self.pathsel.lock().failover_at(now, bound);
+        match at {
+            Some(at) => at.saturating_sub(now).clamp(1, u64::from(u32::MAX)) as u32,
+            None => u32::MAX,
         }
     }
 

@@ -12,11 +12,11 @@
 //!   [`MIN_ATTEMPT_MS`]), so a target that accepts connections but never answers (frozen)
 //!   cannot hold the disk longer than that.
 //! - **Refused.** A lost path that refuses the session's connects (nothing listens there: the
-//!   target died or is restarting; or the target said no, Busy when it could not take the
-//!   store's lock over) is left at once, without waiting out `path_failover_ms`, as nvme
+//!   target died or is restarting; or its Hello answered Busy, as for a lock takeover that
+//!   failed on an export without a key) is left at once, without waiting out `path_failover_ms`, as nvme
 //!   multipath leaves a path whose controller is gone. Unless the next path was itself given
 //!   up within [`RECENTLY_DOWN_MS`]: with every target down, the session then moves on at the
-//!   `path_failover_ms` pace, not round and round.
+//!   `path_failover_ms` pace (at least [`MIN_ATTEMPT_MS`]), not round and round.
 //! - **The loss timeout** counts from the first loss, across paths: it means "no usable path
 //!   for this long". This module does not see it.
 //! - **Failback.** While a path other than the first (the preferred one) serves, the session
@@ -113,17 +113,17 @@ impl PathSel {
         self.probes_ok = 0;
     }
 
-    /// Whether the lost active path refused a connect ([`PathSel::on_refused`]).
+    /// Whether the lost active path refused the last attempt ([`PathSel::on_attempt`]).
     pub fn refused(&self) -> bool {
         self.refused
     }
 
-    /// The lost active path refused a connect (`ECONNREFUSED` on every transport tried): it
-    /// is gone, not slow, and [`PathSel::failover_due`] need not wait for it.
-    pub fn on_refused(&mut self) {
-        if self.lost_ms.is_some() {
-            self.refused = true;
-        }
+    /// An attempt on the lost active path failed; `refused`: every transport tried refused
+    /// it (`ECONNREFUSED`), so it is gone, not slow, and [`PathSel::failover_due`] need not
+    /// wait for it. Only the last attempt counts: one that hangs or times out again says the
+    /// target may be coming back.
+    pub fn on_attempt(&mut self, refused: bool) {
+        self.refused = refused && self.lost_ms.is_some();
     }
 
     /// The budget of a connect attempt on the active path at `now`, given the `full` budget:
@@ -156,15 +156,33 @@ impl PathSel {
     }
 
     /// Whether the session should leave the active path at `now`: there is another, and the
-    /// active one has been lost for `failover_ms`, or refused a connect while the next one
-    /// was not given up within [`RECENTLY_DOWN_MS`]. Returns the path to try next.
+    /// active one has been lost for `failover_ms`, or refused the last attempt while the next
+    /// one was not given up within [`RECENTLY_DOWN_MS`]. Moving to a path given up that
+    /// recently waits at least [`MIN_ATTEMPT_MS`], whatever `failover_ms` (0 included): with
+    /// every target down, the session must not go round them without a pause. Returns the
+    /// path to try next.
     pub fn failover_due(&self, now: u64, failover_ms: u32) -> Option<u8> {
-        let lost = self.lost_ms.filter(|_| self.n > 1)?;
+        let at = self.failover_at(now, failover_ms)?;
         let next = (self.active + 1) % self.n;
-        let waited = now.saturating_sub(lost) >= u64::from(failover_ms);
-        let next_up = self.down_ms[usize::from(next)]
-            .is_none_or(|d| now.saturating_sub(d) >= RECENTLY_DOWN_MS);
-        (waited || (self.refused && next_up)).then_some(next)
+        (now >= at || (self.refused && self.next_up(now))).then_some(next)
+    }
+
+    /// When the lost active path is to be left at the latest (ms; `None`: not lost, or the
+    /// only path), a refusal aside: [`PathSel::failover_due`]'s bound.
+    pub fn failover_at(&self, now: u64, failover_ms: u32) -> Option<u64> {
+        let lost = self.lost_ms.filter(|_| self.n > 1)?;
+        let wait = if self.next_up(now) {
+            u64::from(failover_ms)
+        } else {
+            u64::from(failover_ms).max(MIN_ATTEMPT_MS)
+        };
+        Some(lost.saturating_add(wait))
+    }
+
+    /// The path after the active one was not given up within [`RECENTLY_DOWN_MS`].
+    fn next_up(&self, now: u64) -> bool {
+        let next = (self.active + 1) % self.n;
+        self.down_ms[usize::from(next)].is_none_or(|d| now.saturating_sub(d) >= RECENTLY_DOWN_MS)
     }
 
     /// Moves to path `to` at `now` (after [`PathSel::failover_due`]): its own failover clock
@@ -277,19 +295,23 @@ mod tests {
     fn a_refused_path_is_left_at_once_unless_the_next_went_down_lately() {
         let mut p = PathSel::new(2);
         p.on_installed(0);
-        p.on_refused(); // not lost: nothing to leave
+        p.on_attempt(true); // not lost: nothing to leave
         p.on_lost(1_000);
         assert_eq!(p.failover_due(1_100, 3_000), None);
-        p.on_refused();
+        p.on_attempt(true);
         assert_eq!(p.failover_due(1_100, 3_000), Some(1));
+        // Only the last attempt counts: one that timed out says the target may come back.
+        p.on_attempt(false);
+        assert_eq!(p.failover_due(1_100, 3_000), None);
+        p.on_attempt(true);
         p.fail_over(1, 1_100);
         // Target 1 refuses too: target 0 was given up 0.1 s ago, so the pace is the bound's.
-        p.on_refused();
+        p.on_attempt(true);
         assert_eq!(p.failover_due(1_200, 3_000), None);
         assert_eq!(p.failover_due(4_100, 3_000), Some(0));
         // Once target 0 has been down long enough, a refusal moves on at once again.
         p.fail_over(0, 4_100);
-        p.on_refused();
+        p.on_attempt(true);
         assert_eq!(p.failover_due(4_200, 3_000), None);
         assert_eq!(
             p.failover_due(4_100 + RECENTLY_DOWN_MS - 1, 1_000_000),
@@ -300,6 +322,18 @@ mod tests {
         p.on_installed(0);
         p.on_lost(200_000);
         assert_eq!(p.failover_due(200_100, 3_000), None);
+    }
+
+    #[test]
+    fn with_every_target_down_a_zero_bound_still_paces_the_round() {
+        let mut p = PathSel::new(2);
+        p.on_installed(0);
+        p.on_lost(1_000);
+        assert_eq!(p.failover_due(1_000, 0), Some(1)); // target 1 was never down: at once
+        p.fail_over(1, 1_000);
+        assert_eq!(p.failover_due(1_999, 0), None); // target 0 was, just now
+        assert_eq!(p.failover_at(1_999, 0), Some(2_000));
+        assert_eq!(p.failover_due(2_000, 0), Some(0));
     }
 
     #[test]

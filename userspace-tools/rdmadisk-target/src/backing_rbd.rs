@@ -7,7 +7,8 @@
 //!
 //! Durability: the target connects with librbd's cache off (`rbd_cache = false`), so a write
 //! is in the OSDs' journals when librbd completes it: FUA needs nothing more, and a flush
-//! (still sent) has no dirty cache to write back.
+//! (still sent, but for a gateway's image that has not taken the lock: see `start`) has no
+//! dirty cache to write back.
 //!
 //! One writer per image: a read-write export takes the image's exclusive lock in exclusive
 //! mode (librbd keeps it, and refuses to hand it to another client that asks). A second target
@@ -574,6 +575,8 @@ impl Backing for RbdBacking {
             steps.push(format!("reopen {} ms", t.elapsed().as_millis()));
         }
         let mut broken = Vec::new();
+        // Every try's, the ones refused while another gateway held it included.
+        let mut lock_ms = 0;
         let end = Instant::now() + TAKEOVER_WAIT;
         loop {
             for owner in o.image.lock_owners()? {
@@ -596,7 +599,7 @@ impl Backing for RbdBacking {
             }
             let t = Instant::now();
             let r = o.image.lock_exclusive();
-            steps.push(format!("lock_exclusive {} ms", t.elapsed().as_millis()));
+            lock_ms += t.elapsed().as_millis();
             match r {
                 Ok(()) => break,
                 // Another gateway took it in between: broken on the next turn.
@@ -609,6 +612,7 @@ impl Backing for RbdBacking {
                 Err(e) => return Err(e.into()),
             }
         }
+        steps.push(format!("lock_exclusive {lock_ms} ms"));
         o.locked.store(true, Ordering::Relaxed);
         log::info!(
             "RBD image {name}: exclusive lock held by {} ({}) after a takeover of {} ms \
