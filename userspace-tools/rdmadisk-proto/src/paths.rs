@@ -13,8 +13,8 @@
 //!   cannot hold the disk longer than that.
 //! - **Refused.** A lost path that refuses the session's connects (nothing listens there: the
 //!   target died or is restarting; or its Hello answered Busy, as for a lock takeover that
-//!   failed on an export without a key) is left at once, without waiting out `path_failover_ms`, as nvme
-//!   multipath leaves a path whose controller is gone. Unless the next path was itself given
+//!   failed on an export without a key) is left at once, without waiting out
+//!   `path_failover_ms`, as nvme multipath leaves a path whose controller is gone. Unless the next path was itself given
 //!   up within [`RECENTLY_DOWN_MS`]: with every target down, the session then moves on at the
 //!   `path_failover_ms` pace (at least [`MIN_ATTEMPT_MS`]), not round and round.
 //! - **The loss timeout** counts from the first loss, across paths: it means "no usable path
@@ -163,8 +163,7 @@ impl PathSel {
     /// path to try next.
     pub fn failover_due(&self, now: u64, failover_ms: u32) -> Option<u8> {
         let at = self.failover_at(now, failover_ms)?;
-        let next = (self.active + 1) % self.n;
-        (now >= at || (self.refused && self.next_up(now))).then_some(next)
+        (now >= at || (self.refused && self.next_up(now))).then_some(self.next())
     }
 
     /// When the lost active path is to be left at the latest (ms; `None`: not lost, or the
@@ -179,10 +178,15 @@ impl PathSel {
         Some(lost.saturating_add(wait))
     }
 
-    /// The path after the active one was not given up within [`RECENTLY_DOWN_MS`].
+    /// The path after the active one, in the map's order, round the end.
+    fn next(&self) -> u8 {
+        (self.active + 1) % self.n
+    }
+
+    /// The next path was not given up within [`RECENTLY_DOWN_MS`].
     fn next_up(&self, now: u64) -> bool {
-        let next = (self.active + 1) % self.n;
-        self.down_ms[usize::from(next)].is_none_or(|d| now.saturating_sub(d) >= RECENTLY_DOWN_MS)
+        self.down_ms[usize::from(self.next())]
+            .is_none_or(|d| now.saturating_sub(d) >= RECENTLY_DOWN_MS)
     }
 
     /// Moves to path `to` at `now` (after [`PathSel::failover_due`]): its own failover clock

@@ -198,6 +198,13 @@ impl RbdBacking {
             .clone()
     }
 
+    /// A read-write export's image that has not taken the lock (a gateway's, at start or
+    /// connected afresh): nothing was written through it, and librbd, whose automatic lock
+    /// policy it still has, would take the lock by itself for a write or a flush.
+    fn never_locked(&self, o: &Opened) -> bool {
+        !self.read_only && !o.locked.load(Ordering::Relaxed)
+    }
+
     fn name(&self) -> String {
         format!("{}/{}", self.spec.pool, self.spec.image)
     }
@@ -477,7 +484,7 @@ impl Backing for RbdBacking {
         // librbd's cache is off, so every write that completed, through any gateway, is
         // durable already. Answered done, not refused: a read-only session, which never takes
         // the lock, would otherwise be refused its flushes for good.
-        if matches!(op, IoOp::Flush) && !self.read_only && !o.locked.load(Ordering::Relaxed) {
+        if matches!(op, IoOp::Flush) && self.never_locked(&o) {
             to.complete(user_data, 0);
             ring.started_elsewhere();
             return Ok(());
@@ -536,7 +543,7 @@ impl Backing for RbdBacking {
         let o = self.current();
         // Nothing was written through an image that never took the lock, and librbd would
         // take the lock for the flush (see `start`).
-        if !self.read_only && !o.locked.load(Ordering::Relaxed) {
+        if self.never_locked(&o) {
             return Ok(());
         }
         Ok(o.image.flush()?)
