@@ -161,6 +161,13 @@ pub trait Backing: Send + Sync {
         Ok(false)
     }
 
+    /// Before a read-write session of an export that is not a gateway is let in: takes back a
+    /// lock on the store that this target held and lost without anyone taking it (librbd
+    /// recovering its watch after a stalled OSD). One that another took stays lost: that one
+    /// fenced this target out on purpose. Never fails the session: its writes are refused
+    /// (`Fenced`) while the lock is not held.
+    fn take_back(&self) {}
+
     /// Whether a modifying operation that completed with `errno` was refused because another
     /// writer has fenced this target out of the store: it was not applied, lost nothing the
     /// export must report later, and is counted (`writes_refused_unlocked`).

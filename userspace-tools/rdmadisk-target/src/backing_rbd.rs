@@ -553,6 +553,37 @@ impl Backing for RbdBacking {
         self.spec.gateway
     }
 
+    fn take_back(&self) {
+        let o = self.current();
+        // librbd's own view first: it costs no round trip, and every Hello asks.
+        if self.read_only
+            || self.spec.gateway
+            || !o.locked.load(Ordering::Relaxed)
+            || o.image.is_lock_owner().unwrap_or(true)
+        {
+            return;
+        }
+        let _one = self.takeover.lock().unwrap_or_else(PoisonError::into_inner);
+        let name = self.name();
+        // The OSDs' word: empty means nobody holds it (a blocklisted client cannot even ask).
+        match o.image.lock_owners() {
+            Ok(owners) if owners.contains(&o.me) => {}
+            Ok(owners) if owners.is_empty() => match o.image.lock_exclusive() {
+                Ok(()) => log::warn!(
+                    "RBD image {name}: took its exclusive lock back ({}), which librbd had let go \
+                     with nobody taking it",
+                    o.me
+                ),
+                Err(e) => log::warn!("RBD image {name}: cannot take its exclusive lock back: {e}"),
+            },
+            Ok(owners) => log::warn!(
+                "RBD image {name}: {} holds its exclusive lock: this target stays fenced out",
+                owners.join(", ")
+            ),
+            Err(e) => log::warn!("RBD image {name}: cannot list its lock's owners: {e}"),
+        }
+    }
+
     fn take_over(&self) -> io::Result<bool> {
         if self.read_only || !self.spec.gateway {
             return Ok(false);

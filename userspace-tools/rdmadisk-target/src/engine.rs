@@ -560,7 +560,11 @@ impl Target {
     /// the connection's own thread where it has one; the refusal, if it fails, is one the
     /// client takes as a failed connect (not Stale): it may try another gateway.
     pub fn claim(&self, e: &Export, writes: bool, peer: &str) -> Result<(), String> {
-        if !writes || !e.backing.gateway() {
+        if !writes {
+            return Ok(());
+        }
+        if !e.backing.gateway() {
+            e.backing.take_back();
             return Ok(());
         }
         match e.backing.take_over() {

@@ -139,6 +139,10 @@ struct Args {
     /// With --hostile flood: seconds to hold the connections.
     #[arg(long, default_value_t = 5)]
     hold_secs: u64,
+    /// Take a `Fenced` answer as "not applied" (counted, not failed): for a target whose
+    /// store may fence it transiently, as a kernel client would reissue the request.
+    #[arg(long)]
+    fenced_ok: bool,
     /// Print every request.
     #[arg(long, short)]
     verbose: bool,
@@ -503,6 +507,7 @@ where
         zeroes_every: a.write_zeroes_every,
         fua_every: a.fua_every,
         seed: a.seed,
+        fenced_ok: a.fenced_ok,
         verbose: a.verbose,
     };
     let mut failed_extra = 0u64;
@@ -533,8 +538,8 @@ where
         (r.bytes_read + r.bytes_written) as f64 / r.seconds.max(1e-9) / 1e6
     );
     println!(
-        "verify: reads_verified={} sectors_compared={} data_mismatches={} read_crc_mismatches={} status_errors={}",
-        r.reads_verified, r.sectors_compared, r.data_mismatches, r.read_crc_mismatches, r.status_errors
+        "verify: reads_verified={} sectors_compared={} data_mismatches={} read_crc_mismatches={} status_errors={} fenced={}",
+        r.reads_verified, r.sectors_compared, r.data_mismatches, r.read_crc_mismatches, r.status_errors, r.fenced
     );
     println!(
         "capacity: attached={} first_response={} last_response={}",

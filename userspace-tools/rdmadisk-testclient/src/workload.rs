@@ -23,6 +23,10 @@ pub struct Params {
     pub zeroes_every: u64,
     pub fua_every: u64,
     pub seed: u64,
+    /// A `Fenced` answer is the target's word that it applied nothing (another writer, or a
+    /// lock it must take back first): counted in `fenced`, not as a failure. A kernel client
+    /// reissues such a request after it reconnects; this one does not.
+    pub fenced_ok: bool,
     pub verbose: bool,
 }
 
@@ -42,6 +46,8 @@ pub struct Report {
     pub data_mismatches: u64,
     pub read_crc_mismatches: u64,
     pub status_errors: u64,
+    /// `Fenced` answers taken as not applied (`Params::fenced_ok`).
+    pub fenced: u64,
     /// The export's capacity (sectors) the responses reported: the first and the last
     /// (features::RESIZE; 0 without).
     pub capacity_first: u64,
@@ -304,6 +310,11 @@ pub fn run<T: Transport>(t: &mut T, p: &Params) -> io::Result<Report> {
         }
         r.capacity_last = d.resp.capacity_sectors;
         let mut ok = d.resp.status == Status::Ok;
+        // Not applied: the shadow keeps what was there, and the op neither passes nor fails.
+        if p.fenced_ok && d.resp.status == Status::Fenced {
+            r.fenced += 1;
+            continue;
+        }
         if !ok {
             r.status_errors += 1;
             eprintln!(
