@@ -56,6 +56,10 @@ impl PrivateData {
     }
 }
 
+/// The IB CM's reject reason when no listener matches the request's service ID (the port):
+/// `IB_CM_REJ_INVALID_SERVICE_ID` of `include/rdma/ib_cm.h`.
+pub(crate) const REJ_NO_LISTENER: i32 = 8;
+
 /// An rdma_cm event, as the handler sees it.
 #[derive(Clone, Copy)]
 pub(crate) enum CmEvent {
@@ -72,7 +76,7 @@ pub(crate) enum CmEvent {
     /// The peer (or the CM on its behalf) refused. `status` is the IB CM reject reason;
     /// `consumer_data` is the peer application's reject private data, when it sent any.
     Rejected {
-        /// IB CM reject reason (28 is "consumer defined", 8 "invalid service ID": no listener).
+        /// IB CM reject reason (28 is "consumer defined", [`REJ_NO_LISTENER`]: no listener).
         status: i32,
         /// The private data the peer's application rejected with.
         consumer_data: Option<PrivateData>,

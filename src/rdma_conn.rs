@@ -22,13 +22,26 @@ use kernel::{
 use crate::kapi::blk_mq::Rq;
 use crate::kapi::errno;
 use crate::kapi::frwr::{MrEvent, MrOwner};
-use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps};
+use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps, REJ_NO_LISTENER};
 use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
 use crate::proto::auth::Endpoint;
 use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
 
 /// Address and route resolution each; shorter than any budget so that an unreachable host is
 /// reported as such rather than as the budget running out.
+/// What a connect gets when nothing listens for rdma_cm on the target's port (the CM's own
+/// reject, with no target's reply in it): not a refusal of the export, so a map goes on to
+/// TCP; a reconnect counts it as a refusal (`is_refusal`).
+pub(crate) fn no_rdma_listener() -> Error {
+    errno(kb::EPROTONOSUPPORT)
+}
+
+/// Whether a connect's error means the target's host answered and would not have it: the
+/// target's refusing reply, or no listener at all.
+pub(crate) fn is_refusal(e: Error) -> bool {
+    e == errno(kb::ECONNREFUSED) || e == no_rdma_listener()
+}
+
 const RESOLVE_MS: u32 = 3_000;
 /// Local ACK timeout exponent: 4.096 us * 2^17, about 0.54 s: what rdma_cm gives a RoCE
 /// connection that sets none (the peers') and what the target uses. Far above any
@@ -221,9 +234,19 @@ pub(crate) fn fail(
                 Some(Err(e)) => pr_err!(
                     "{who} {peer}: {step}: REJECTED with undecodable private data ({e:?})\n"
                 ),
-                None => pr_err!(
-                    "{who} {peer}: {step}: REJECTED (reason {status}; no listener or not our protocol)\n"
-                ),
+                // The CM's own reject, no target's: nothing listens for rdma_cm on the port.
+                // Not a refusal of the export: the target may serve TCP (started before its
+                // RDMA device, or with --no-rdma), and a map tries it (docs/design.md,
+                // "Mapping").
+                None if status == REJ_NO_LISTENER => {
+                    pr_warn!(
+                        "{who} {peer}: {step}: REJECTED by the CM: no RDMA listener on the port\n"
+                    );
+                    return no_rdma_listener();
+                }
+                None => {
+                    pr_err!("{who} {peer}: {step}: REJECTED (reason {status}; not our protocol)\n")
+                }
             }
             errno(kb::ECONNREFUSED)
         }

@@ -60,14 +60,15 @@ grep -q "rdma disconnect\|disconnected\|closed" "$LOG" && echo "  target log: $(
 
 # 2. Bad input is tests/79-bad-input.sh's corpus.
 
-# 3. Refusals: an unknown export (the target rejects with its HelloReply), no listener.
+# 3. Refusals: an unknown export (the target rejects with its HelloReply), no listener (the
+#    CM rejects: a probe says so apart, as a map tries TCP then).
 out=$(on compute "$(probe_cmd "addr=$S port=7700 export=nosuch")" 2>&1)
 grep -q '^rc=1 .*Connection refused' <<<"$out" && grep -q "REJECTED by the target: NoSuchExport" <<<"$out"
 res $? "unknown export: ECONNREFUSED, dmesg shows the target's NoSuchExport reject"
 printf '%s\n' "$out" | grep -v '^---' | sed 's/^/  /'
 out=$(on compute "$(probe_cmd "addr=$S port=7799 export=disk0")" 2>&1)
-grep -q '^rc=1 .*Connection refused' <<<"$out" && grep -q "REJECTED (reason" <<<"$out"
-res $? "no listener on the port: ECONNREFUSED"
+grep -q '^rc=1 .*Protocol not supported' <<<"$out" && grep -q "REJECTED by the CM: no RDMA listener" <<<"$out"
+res $? "no listener on the port: EPROTONOSUPPORT (the CM's reject, not the target's refusal)"
 printf '%s\n' "$out" | grep -v '^---' | sed 's/^/  /'
 
 # 4. Nobody at the address: fails within the 10 s budget (address resolution times out).

@@ -70,8 +70,9 @@ printf '%s\n' "$out" | grep -v '^---' | indent
 
 # 5. Targets that do not answer or refuse: bounded failure, nothing left behind. An unreachable
 #    address answers neither over RDMA nor over TCP (the map tries both and fails with the
-#    RDMA attempt's errno); a port with no RDMA listener answers with an rdma_cm reject, and an
-#    unknown export with the target's refusal: both are final (ECONNREFUSED, no TCP attempt).
+#    RDMA attempt's errno); a port with no RDMA listener answers with the CM's reject, and the
+#    map tries TCP then (here a port with no listener either: ECONNREFUSED); an unknown export
+#    gets the target's refusal, which is final (ECONNREFUSED, no TCP attempt).
 fails() { # fails OPTIONS BUDGET-SECONDS DESCRIPTION
   local out secs
   out=$(dk_map "$1" 60)
@@ -83,7 +84,7 @@ fails() { # fails OPTIONS BUDGET-SECONDS DESCRIPTION
   printf '%s\n' "$out" | grep -v '^---' | indent
 }
 fails "name=m1 addr=192.0.2.99 export=vol0" 15 "unreachable target 192.0.2.99"
-fails "name=m1 addr=$DK_S port=7799 export=vol0" 15 "no listener on port 7799"
+fails "name=m1 addr=$DK_S port=7799 tcp_port=7798 export=vol0" 15 "no listener on port 7799 nor on TCP 7798"
 fails "name=m1 addr=$DK_S export=nosuch" 15 "unknown export nosuch"
 
 # 6. unmap: a bad word, an open disk (EBUSY), then normal on the idle disk.

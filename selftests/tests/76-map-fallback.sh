@@ -1,6 +1,7 @@
 # Mapping while the NIC is being serviced: with no RDMA device on the compute VM, map_device
 # falls back to TCP (the target answers there), the disk works, and when the device is added
-# the disk moves to RDMA.
+# the disk moves to RDMA. B: a target with no RDMA listener (--no-rdma): the map falls back to
+# TCP too (before, the CM's reject failed it with ECONNREFUSED).
 #
 # Acceptance: the map succeeds with rxe0 deleted, on TCP and probing RDMA; verified fio
 # passes; after `rdma link add` active_transport is rdma within 60 s and verified fio passes
@@ -45,6 +46,17 @@ n_gt "$(cstat rdma_ios)" "${r0:-0}" && n_gt "$(cstat tcp_ios)" 0 && n_eq "$(csta
 res $? "tcp_ios=$(cstat tcp_ios), rdma_ios ${r0:-?} -> $(cstat rdma_ios), failbacks=$(cstat failbacks), io_errors=$(cstat io_errors)"
 
 dk_unmap_rmmod 10 "$dev"
+res $? "unmap normal; rmmod rdmadisk"
+
+# B. A target with no RDMA listener (as one started before its RDMA device): the CM's reject is
+#    not the target's refusal, and the map goes on to TCP.
+dk_target_start --no-rdma --export "vol0=$back" >/dev/null && dk_load && dk_map_disk d76n vol0
+rc=$?
+out=$(on compute "cat /sys/block/${DK_DEV:-none}/rdmadisk/active_transport" 2>&1)
+[ $rc = 0 ] && [ "$out" = tcp ] && tr_kmsg_since | grep -q 'no RDMA listener on the port'
+res $? "a target without an RDMA listener (--no-rdma): the map falls back to TCP (/dev/${DK_DEV:-?} on '$out')"
+tr_kmsg_since | grep -E 'd76n: (no RDMA connection|mapped)|no RDMA listener' | indent
+dk_unmap_rmmod 10 "${DK_DEV:-none}"
 res $? "unmap normal; rmmod rdmadisk"
 tr_splat_check
 tr_rxe_restore

@@ -39,6 +39,7 @@ use crate::probe;
 use crate::proto::policy::{self, Action, Policy, State as PState, SwitchReason, Transport};
 use crate::proto::wire::{features, HelloReply};
 use crate::queue::Queue;
+use crate::rdma_conn::{is_refusal, no_rdma_listener};
 use crate::stats::Stats;
 
 const BACKOFF_FIRST_MS: u32 = 100;
@@ -124,7 +125,6 @@ impl DiskDev {
                     if installed.is_none() {
                         self.pathsel.lock().on_lost(now_ms() as u64);
                     }
-                    let refused = errno(kernel::bindings::ECONNREFUSED);
                     let mut gone = match self.bring_up(want) {
                         Ok(()) => {
                             backoff = BACKOFF_FIRST_MS;
@@ -132,7 +132,7 @@ impl DiskDev {
                         }
                         // Superseded: the disk failed for good; nothing is tried any more.
                         Err(e) if e == errno(kernel::bindings::ESTALE) => continue,
-                        Err(e) => e == refused,
+                        Err(e) => is_refusal(e),
                     };
                     if installed.is_none() {
                         match self.fall_back(want) {
@@ -147,7 +147,7 @@ impl DiskDev {
                             Err(e) if e == errno(kernel::bindings::EOPNOTSUPP) => {
                                 gone &= self.wanted() == want
                             }
-                            Err(e) => gone &= e == refused,
+                            Err(e) => gone &= is_refusal(e),
                         }
                         // Refused on every transport tried this time: the lost target is
                         // gone, not slow.
@@ -550,10 +550,11 @@ impl DiskDev {
     }
 
     /// Mapping: the first set, on RDMA, or on TCP when RDMA cannot be had (no device, no
-    /// path, no answer) and the target answers there. A refusal (`ECONNREFUSED`: the target's
-    /// refusing reply, or any rdma_cm reject, which is also what a port with no RDMA listener
-    /// answers) is final. If TCP fails too, the RDMA attempt's error is the map's, unless the
-    /// target's fence refused the session there (`ESTALE`, after asking above it once).
+    /// path, no answer, no RDMA listener on the port: a target started before its RDMA device
+    /// or without RDMA) and the target answers there. The target's refusal (`ECONNREFUSED`:
+    /// its refusing reply) is final. If TCP fails too, the RDMA attempt's error is the map's
+    /// (`ECONNREFUSED` for no listener: nothing there would have it), unless the target's
+    /// fence refused the session there (`ESTALE`, after asking above it once).
     fn attach_first_set(self: &Arc<Self>) {
         let epoch = self.next_epoch();
         let budget = self.budget_ms();
@@ -584,6 +585,7 @@ impl DiskDev {
                     }
                     // Refused by the fence there: that is the map's answer, not RDMA's.
                     Err(t) if t == estale => Err(t),
+                    Err(_) if e == no_rdma_listener() => Err(errno(kernel::bindings::ECONNREFUSED)),
                     Err(_) => Err(e),
                 }
             }
