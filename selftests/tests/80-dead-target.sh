@@ -1,7 +1,7 @@
 # A target that dies for good must fail the disk's I/O within the loss timeout, never hang it,
 # with buffered writeback in flight (the case that once hung `dd ... conv=fsync` for minutes).
 #
-# loss_timeout_s=15 with io_timeout_ms=120000 (so nothing but the loss timeout and the health
+# loss_timeout_s=8 with io_timeout_ms=120000 (so nothing but the loss timeout and the health
 # check can end the outage), keepalive_ms=2000. A buffered `dd conv=fsync` of 48 MiB runs beside
 # a direct-I/O fio; then:
 #   A. the target is killed (SIGKILL) and never restarted;
@@ -9,7 +9,7 @@
 #      resumed.
 # And C: fast_io_fail_s=3 with loss_timeout_s=never (written as -1, nvme's ctrl_loss_tmo): the
 # target killed, I/O fails after about 3 s while the disk keeps reconnecting, and still does
-# 25 s on; the target restarted: the disk is live again and I/O works. Then loss_timeout_s=0:
+# 15 s on; the target restarted: the disk is live again and I/O works. Then loss_timeout_s=0:
 # the target killed again, the disk fails at once, at the first loss, as the knob's
 # documentation says.
 # D: loss_timeout_s=0 with the target alive: a reset of the serving connection (an injected QP
@@ -27,7 +27,8 @@ source "$TB_REPO/selftests/tests/lib/transport.sh"
 # shellcheck source-path=SCRIPTDIR source=lib/soak.sh
 source "$TB_REPO/selftests/tests/lib/soak.sh"
 if ! dk_build; then return 0 2>/dev/null || exit 0; fi
-LOSS=15
+# Short: what is checked is that the I/O fails and the disk stops, not how long the wait is.
+LOSS=8
 MARGIN=30
 tr_dmesg_mark
 
@@ -62,7 +63,7 @@ if res $? "[fast] target; insmod; map: /dev/${DK_DEV:-?} is live"; then
   is_num "$ms" && is_num "$fast" && (( fast >= 3000 && fast <= 10000 && ms <= fast + 500 )) &&
     grep -q '^reconnecting$' <<<"$st" && grep -q 'fast_io_fails=1' <<<"$st"
   res $? "[fast] I/O fails ${fast:-?} ms into the outage by the kernel's log (fast_io_fail_s=3: 3000-10000), a read issued meanwhile after ${ms:-?} ms, the disk still reconnecting (${st//$'\n'/, })"
-  sleep $((t0 + 25 - SECONDS > 0 ? t0 + 25 - SECONDS : 0))
+  sleep $((t0 + 15 - SECONDS > 0 ? t0 + 15 - SECONDS : 0))
   st=$(tr_get "$dev" state)
   [ "$st" = reconnecting ] && ! tr_kmsg_since | grep -q 'd80fast: no connection for .*loss_timeout_s'
   res $? "[fast] loss_timeout_s=never: $((SECONDS - t0)) s into the outage the disk is still '$st' (want reconnecting), nothing failed it"

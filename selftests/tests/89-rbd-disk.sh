@@ -55,20 +55,23 @@ dev=$DK_DEV
 echo "  transport: $(tr_get "$dev" active_transport)"
 
 # 4-64 KiB, not all 4 KiB: a bluestore OSD under TCG takes about 30 ms a 4 KiB write.
-dk_fio w "--name=w --filename=/dev/$dev --ioengine=libaio --direct=1 --size=16M --bsrange=4k-64k --iodepth=8 --verify=crc32c --rw=randwrite --do_verify=1 --verify_fatal=1"
-res $? "fio: 16 MiB of random 4-64 KiB writes, then read back and verified ($FIO_SUM)"
+dk_fio w "--name=w --filename=/dev/$dev --ioengine=libaio --direct=1 --size=8M --bsrange=4k-64k --iodepth=8 --verify=crc32c --rw=randwrite --do_verify=1 --verify_fatal=1"
+res $? "fio: 8 MiB of random 4-64 KiB writes, then read back and verified ($FIO_SUM)"
 
 # Under verifying fio rounds: the target restarts. The old one releases the image's lock at
-# its clean exit; the new one takes it, and the disk reconnects.
+# its clean exit; the new one takes it, and the disk reconnects. The restart comes once I/O
+# flows, and the rounds stop once I/O has completed on the new target.
+base=$(tr_stat "$dev" rdma_ios tcp_ios | awk '{ print $1 + $2 }')
 tr_rounds_start r1 "$(tr_fio_args r1)"
-on compute "sleep 5"
+tr_wait r1 "$dev" 60 any ios "${base:-0}" >/dev/null
 s=$SECONDS
 dk_target_stop >/dev/null
 # shellcheck disable=SC2086 # TARGS: words
 dk_target_start $TARGS >/dev/null
 started=$?
 took=$((SECONDS - s))
-on compute "sleep 5"
+base=$(tr_stat "$dev" rdma_ios tcp_ios | awk '{ print $1 + $2 }')
+tr_wait r1b "$dev" 120 any ios "${base:-0}" >/dev/null
 tr_rounds_stop r1 180
 rc=$?
 [ $started = 0 ] && [ $rc = 0 ]
@@ -95,19 +98,22 @@ ie=$(tr_stat "$dev" io_errors)
 [ $restarted = 0 ] && [ $rc = 0 ] && n_eq "$ie" 0
 res $? "OSD restarted under fio verify (up again $(kv OSD_RESTART_MS "$out") ms after its SIGTERM), I/O gap $gap ms: no I/O error ($FIO_SUM), io_errors=$ie"
 
-# Under verifying fio rounds: the compute VM's RDMA device goes away and comes back.
+# Under verifying fio rounds: the compute VM's RDMA device goes away (once I/O flows) and
+# comes back (once I/O has completed over TCP).
 nic=$(tr_nic)
+read -r base t2 <<<"$(tr_stat "$dev" rdma_ios tcp_ios | awk '{ print $1 + $2, $2 }')"
 tr_rounds_start r2 "$(tr_fio_args r2)"
-on compute "sleep 5; rdma link delete $TR_RXE" >/dev/null
-tr_wait nic1 "$dev" 60 tcp >/dev/null
+tr_wait r2 "$dev" 60 any ios "${base:-0}" >/dev/null
+on compute "rdma link delete $TR_RXE" >/dev/null
+tr_wait nic1 "$dev" 60 tcp tcp_ios "${t2:-0}" >/dev/null
 on_tcp=$?
-on compute "sleep 5; rdma link add $TR_RXE type rxe netdev $nic" >/dev/null
+on compute "rdma link add $TR_RXE type rxe netdev $nic" >/dev/null
 tr_wait nic2 "$dev" 120 rdma >/dev/null
 back=$?
 tr_rounds_stop r2 180
 rc=$?
 [ $on_tcp = 0 ] && [ $back = 0 ] && [ $rc = 0 ]
-res $? "RDMA device deleted and added back under fio verify: TCP, then RDMA again, no I/O error ($FIO_SUM)"
+res $? "RDMA device deleted and added back under fio verify: TCP (I/O completed there), then RDMA again, no I/O error ($FIO_SUM)"
 tr_rxe_restore >/dev/null 2>&1
 
 # Online resize: rbd resize 64 -> 96 MiB on the storage VM under verifying fio rounds. The
@@ -146,7 +152,8 @@ res $? "unmap, map again (/dev/${DK_DEV:-?}), mount: every checksum matches"
 # request older than loss_timeout_s fails when its connection is reset: the I/O timeout, 5 s
 # here, resets it), with an error and no data. With the OSD back, the disk serves again.
 dev=$DK_DEV
-tr_set "$dev" io_timeout_ms=5000 loss_timeout_s=15 >/dev/null
+LT=10
+tr_set "$dev" io_timeout_ms=5000 loss_timeout_s=$LT >/dev/null
 ie0=$(tr_stat "$dev" io_errors)
 op=$(on storage "cat $CL/run/osd.0.pid")
 on storage "kill -STOP $op" >/dev/null
@@ -156,9 +163,9 @@ took=$((SECONDS - s))
 on storage "kill -CONT $op" >/dev/null
 ie1=$(tr_stat "$dev" io_errors)
 printf '%s\n' "$out" | grep -v '^rc=' | indent
-! grep -q '^rc=0' <<<"$out" && grep -q 'Input/output error' <<<"$out" && n_le 15 "$took" && n_le "$took" 45 &&
+! grep -q '^rc=0' <<<"$out" && grep -q 'Input/output error' <<<"$out" && n_le $LT "$took" && n_le "$took" $((LT + 30)) &&
   n_eq "$ie1" $((ie0 + 1))
-res $? "the OSD frozen: a direct read fails after $took s (loss_timeout_s=15) with an I/O error, no data; io_errors $ie0 -> $ie1"
+res $? "the OSD frozen: a direct read fails after $took s (loss_timeout_s=$LT: $LT-$((LT + 30))) with an I/O error, no data; io_errors $ie0 -> $ie1"
 on compute "mount /dev/$dev $MNT && cd $MNT && sha256sum -c --quiet $SUMS && cd / && umount $MNT"
 res $? "the OSD thawed: the disk serves again, every checksum matches"
 
@@ -209,7 +216,7 @@ n_eq "$(grep -c . <<<"$paths")" 2 && grep -q '^0 .* state=active ' <<<"$paths" &
 res $? "paths: two, gateway 0 active, gateway 1 standby; path_policy failover"
 
 # gw_drill TAG DESCRIPTION WANT SECONDS ACTION...: under verifying fio rounds, runs ACTION
-# (a command) once I/O flows, waits until active_path is WANT, lets I/O run 4 s there, then
+# (a command) once I/O flows, waits until active_path is WANT, lets I/O run 2 s there, then
 # checks the rounds, the longest I/O gap and io_errors.
 gw_drill() {
   local tag=$1 what=$2 want=$3 secs=$4 base ns_a ns_b out moved rc gap ie
@@ -222,7 +229,7 @@ gw_drill() {
   "$@" >/dev/null
   out=$(gw_wait "$dev" "$want" "$secs")
   moved=$?
-  on compute "sleep 4" >/dev/null
+  on compute "sleep 2" >/dev/null
   ns_b=$(tr_vm_ns)
   tr_rounds_stop "$tag" 180
   rc=$?
