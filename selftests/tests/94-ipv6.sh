@@ -6,12 +6,14 @@
 #   B. The kernel refuses a bare IPv6 address in target= (its colons read as ports) and a
 #      link-local one, with EINVAL and a line saying which key.
 #   C. The target listens on fd00:db8::2 only, RDMA and TCP. With the compute VM's rxe0 deleted,
-#      map_device target=[fd00:db8::2] maps the disk on TCP; sysfs and ctl/devices show the
-#      target as [fd00:db8::2]:7700; verified fio; the disk's tcp_ios moved, and the target
-#      served [fd00:db8::1].
-#   D. rxe0 added back: the disk moves to RDMA by itself (its probes reach the target over
-#      IPv6); verified fio; rdma_ios moved. When a VM's rxe0 has no IPv6 GID, soft-RoCE in
-#      this bed cannot carry RoCE over IPv6: D is skipped, saying so, and C stands alone.
+#      map_device target=[fd00:db8::2] maps the disk on TCP (from a reserved port); sysfs and
+#      ctl/devices show the target as [fd00:db8::2]:7700; verified fio; the disk's tcp_ios
+#      moved, and the target served [fd00:db8::1]. A second disk, mapped with a key, proves it
+#      over TCP by IPv6 (the proofs cover both ends' addresses).
+#   D. rxe0 added back: both disks move to RDMA by themselves (their probes reach the target
+#      over IPv6; the keyed one proves its key again); verified fio; rdma_ios moved. When a
+#      VM's rxe0 has no IPv6 GID, soft-RoCE in this bed cannot carry RoCE over IPv6: D is
+#      skipped, saying so, and C stands alone.
 #   E. A target listening on :: serves IPv4 and IPv6 clients: the kernel's RDMA probe to
 #      192.0.2.2 (and to fd00:db8::2), the test client over TCP to both (and over RDMA by
 #      IPv6).
@@ -66,7 +68,10 @@ else
 fi
 
 # B. Bad IPv6 input.
-back=$(dk_backing vol0 16M)
+back=$(dk_backing vol0 16M) backk=$(dk_backing vol2 16M)
+KEY=00112233445566778899aabbccddeeff0123456789abcdef0123456789abcdef
+KEYF=$DK_BACKDIR/$DK_ID.key
+on storage "umask 077; echo $KEY >$KEYF" >/dev/null
 dk_load
 res $? "[parse] insmod"
 for bad in "target=$S6" "target=[fe80::2]" "addr=[$S6]:7700"; do
@@ -82,7 +87,7 @@ out=$(on storage "$(_dk_tstop)
 tstop >/dev/null
 rm -f $DK_STATS $DK_TLOG
 setsid $DK_TARGET --listen $S6 --rdma-port $DK_PORT --tcp-port $DK_TCP_PORT --allow $C6 \
-  --stats-file $DK_STATS --export vol0=$back >$DK_TLOG 2>&1 </dev/null &
+  --stats-file $DK_STATS --export vol0=$back --export vol2=$backk --secret-file vol2=$KEYF >$DK_TLOG 2>&1 </dev/null &
 echo \$! >$DK_TPID
 for ((i = 0; i < 100; i++)); do has $DK_TLOG 'rdma listening' && break; has $DK_TLOG 'rdma unavailable' && break; pause 0.2; done
 show $DK_TLOG")
@@ -111,6 +116,12 @@ grep -E "tcp: \[$C6\]:[0-9]+ attached" "$DK_TLOG" | head -n 2 | indent "target l
 n_gt "$(cstat tcp_ios)" 0 && n_eq "$(cstat rdma_ios)" 0 && n_eq "$(cstat io_errors)" 0 &&
   n_gt "$(tstat tcp_connections)" 0 && grep -qE "tcp: \[$C6\]:[0-9]+ attached" "$DK_TLOG"
 res $? "[tcp] disk: tcp_ios=$(cstat tcp_ios) rdma_ios=$(cstat rdma_ios) io_errors=$(cstat io_errors); target: tcp_connections=$(tstat tcp_connections), connections from [$C6] in its log"
+DK_TARGETS="target=[$S6]" dk_map_disk d94k vol2 "secret=$KEY"
+rc=$?
+devk=$DK_DEV
+grep -E "tcp \[$C6\]:[0-9]+: authenticated" "$DK_TLOG" | head -n 1 | indent "target log: "
+[ $rc = 0 ] && [ "$(tr_get "$devk" active_transport)" = tcp ] && grep -qE "tcp \[$C6\]:[0-9]+: authenticated" "$DK_TLOG"
+res $? "[tcp] a disk mapped with a key proves it over TCP by IPv6: /dev/${devk:-?} live on $(tr_get "${devk:-x}" active_transport)"
 
 # D. RDMA over IPv6.
 on compute "rdma link add $TR_RXE type rxe netdev $(tr_nic)"
@@ -126,11 +137,17 @@ if [ $rdma6 = 1 ]; then
   n_gt "$(cstat rdma_ios)" "${r0:-0}" && n_eq "$(cstat io_errors)" 0 && n_gt "$(tstat rdma_connections)" 0 &&
     grep -qE "rdma: \[$C6\]:[0-9]+ attached" "$DK_TLOG"
   res $? "[rdma] disk: rdma_ios ${r0:-?} -> $(cstat rdma_ios), failbacks=$(cstat failbacks), io_errors=$(cstat io_errors); target: rdma_connections=$(tstat rdma_connections), RDMA connections from [$C6] in its log"
+  if [ -n "$devk" ]; then
+    tr_wait backk "$devk" 30 rdma >/dev/null
+    grep -E "rdma: \[$C6\]:[0-9]+: authenticated" "$DK_TLOG" | head -n 1 | indent "target log: "
+    [ "$(tr_get "$devk" active_transport)" = rdma ] && grep -qE "rdma: \[$C6\]:[0-9]+: authenticated" "$DK_TLOG"
+    res $? "[rdma] the disk with a key proves it over RDMA by IPv6: $TR_WAIT"
+  fi
 else
   echo "ok - [rdma] # SKIP soft-RoCE in this bed lists no RoCE v2 GID for the VMs' IPv6 addresses (GIDs above): no RDMA over IPv6 to test"
 fi
 
-dk_unmap "$dev" normal && dk_gone "$dev" 30
+dk_unmap "$dev" normal && dk_gone "$dev" 30 && { [ -z "$devk" ] || { dk_unmap "$devk" normal && dk_gone "$devk" 30; }; }
 res $? "unmap normal"
 
 # E. A target listening on :: serves IPv4 clients too (as IPv4-mapped), on both transports:
