@@ -8,6 +8,7 @@
 #include <linux/device/class.h>
 #include <linux/sysfs.h>
 #include <linux/in.h>
+#include <linux/in6.h>
 #include <linux/kobject.h>
 #include <linux/module.h>
 #include <linux/net.h>

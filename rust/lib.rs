@@ -13,6 +13,7 @@ pub(crate) mod debugfs;
 pub(crate) mod delay;
 pub(crate) mod frwr;
 pub(crate) mod ib_client;
+pub(crate) mod inet;
 pub(crate) mod random;
 pub(crate) mod rdma_cm;
 pub(crate) mod socket;

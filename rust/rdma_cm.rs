@@ -13,12 +13,16 @@
 //! [`CmId`] does the last four; [`CmId::disconnect`] is the owner's call, since it is also how
 //! a live connection is closed while the QP is kept for draining.
 
-use core::ptr::{self, NonNull};
+use core::{
+    net::IpAddr,
+    ptr::{self, NonNull},
+};
 use kernel::{ffi, prelude::*, sync::Arc};
 
 use super::bindings as b;
 use super::blk_mq::Rq;
 use super::frwr::{DmaRq, InvError, InvToken, MrDesc, MrOwner, MrPool};
+use super::inet::{self, SockAddr};
 use super::verbs::{Cq, DeviceRef, Msg, MsgDir, MsgOwner, Pd, RemoteAccess, Wc};
 
 /// Largest private data rdma_cm carries (an IB CM REP: 196 bytes; a REQ carries 56).
@@ -207,27 +211,24 @@ impl<H: CmHandler> CmId<H> {
         })
     }
 
-    /// Binds the id to local port `port` of any local address, before [`CmId::resolve_addr`],
-    /// which then keeps the port. Fails with `EADDRINUSE` or `EADDRNOTAVAIL` when another id
-    /// has the port; a port below 1024 needs `CAP_NET_BIND_SERVICE` (the kernel's own
-    /// threads and root have it).
-    pub(crate) fn bind_port(&self, port: u16) -> Result {
-        // SAFETY: All-zero is a valid `sockaddr_in` (the any address); family and port are set
-        // below.
-        let mut src: b::sockaddr_in = unsafe { core::mem::zeroed() };
-        src.sin_family = b::AF_INET as u16;
-        src.sin_port = port.to_be();
-        // SAFETY: `id` is live; the CM copies `src` before returning.
-        kernel::error::to_result(unsafe {
-            b::rdma_bind_addr(self.id.as_ptr(), ptr::from_mut(&mut src).cast())
-        })
+    /// Binds the id to local port `port` of any local address of `to`'s family (the family
+    /// of the address [`CmId::resolve_addr`] will resolve: rdma_cm refuses another), before
+    /// that call, which then keeps the port. Fails with `EADDRINUSE` or `EADDRNOTAVAIL` when
+    /// another id has the port; a port below 1024 needs `CAP_NET_BIND_SERVICE` (the kernel's
+    /// own threads and root have it).
+    pub(crate) fn bind_port(&self, port: u16, to: IpAddr) -> Result {
+        let mut src = SockAddr::any(to, port);
+        // SAFETY: `id` is live; the CM copies `src` (a valid socket address of its family)
+        // before returning.
+        kernel::error::to_result(unsafe { b::rdma_bind_addr(self.id.as_ptr(), src.as_mut_ptr()) })
     }
 
-    /// The local and the remote IPv4 address and port of the connection, from the addresses
+    /// The local and the remote address and port of the connection, from the addresses
     /// rdma_cm resolved it with (`route.addr`), whatever the link layer: a GID is the IP
     /// address only on RoCE. The local port is the one bound, or the one rdma_cm picked while
-    /// resolving. `None` before [`CmEvent::AddrResolved`], or for an id that is not IPv4.
-    pub(crate) fn addresses(&self) -> Option<(([u8; 4], u16), ([u8; 4], u16))> {
+    /// resolving. `None` before [`CmEvent::AddrResolved`], or for an id that is neither IPv4
+    /// nor IPv6 (an IB address).
+    pub(crate) fn addresses(&self) -> Option<((IpAddr, u16), (IpAddr, u16))> {
         // SAFETY: `id` is live. rdma_cm writes `route.addr` while it resolves the address and
         // the route, which are done before a connection is asked for, and not after; each
         // `sockaddr_storage` is copied as it is, any bytes being a valid one.
@@ -238,36 +239,21 @@ impl<H: CmHandler> CmId<H> {
                 ptr::read(ptr::addr_of!((*a).dst_addr)),
             )
         };
-        let v4 = |ss: &b::__kernel_sockaddr_storage| {
-            // SAFETY: A `sockaddr_storage` is larger than a `sockaddr_in` and aligned for it,
-            // and any bytes are a valid `sockaddr_in`.
-            let sin: b::sockaddr_in = unsafe { ptr::read(ptr::from_ref(ss).cast()) };
-            (u32::from(sin.sin_family) == b::AF_INET).then(|| {
-                (
-                    sin.sin_addr.s_addr.to_ne_bytes(),
-                    u16::from_be(sin.sin_port),
-                )
-            })
-        };
-        Some((v4(&src)?, v4(&dst)?))
+        Some((inet::decode(&src)?, inet::decode(&dst)?))
     }
 
-    /// Starts resolving `addr:port` (IPv4) to a local RDMA device and a destination;
+    /// Starts resolving `addr:port` (IPv4 or IPv6) to a local RDMA device and a destination;
     /// [`CmEvent::AddrResolved`] or [`CmEvent::AddrError`] follows within about `timeout_ms`.
-    pub(crate) fn resolve_addr(&self, addr: [u8; 4], port: u16, timeout_ms: u32) -> Result {
-        // SAFETY: All-zero is a valid `sockaddr_in`; the family, port and address are set
-        // below.
-        let mut dst: b::sockaddr_in = unsafe { core::mem::zeroed() };
-        dst.sin_family = b::AF_INET as u16;
-        dst.sin_port = port.to_be();
-        dst.sin_addr.s_addr = u32::from_ne_bytes(addr);
-        // SAFETY: `id` is live; the CM copies `dst` before returning; a null source lets it
-        // pick the local address from the route (keeping a port `bind_port` chose).
+    pub(crate) fn resolve_addr(&self, addr: IpAddr, port: u16, timeout_ms: u32) -> Result {
+        let mut dst = SockAddr::new(addr, port);
+        // SAFETY: `id` is live; the CM copies `dst` (a valid socket address of its family)
+        // before returning; a null source lets it pick the local address from the route
+        // (keeping a port `bind_port` chose).
         let ret = unsafe {
             b::rdma_resolve_addr(
                 self.id.as_ptr(),
                 ptr::null_mut(),
-                ptr::from_ref(&dst).cast(),
+                dst.as_mut_ptr(),
                 timeout_ms as ffi::c_ulong,
             )
         };

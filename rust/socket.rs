@@ -2,7 +2,7 @@
 
 //! Kernel TCP sockets (`sock_create_kern`), for the TCP transport.
 //!
-//! A [`TcpSocket`] is an IPv4 TCP connection in the initial network namespace. Set-up is
+//! A [`TcpSocket`] is an IPv4 or IPv6 TCP connection in the initial network namespace. Set-up is
 //! blocking and bounded by the socket timeouts; afterwards the owner sends blocking (bounded by
 //! the send timeout) or without waiting for room, and receives without blocking, woken by the
 //! socket's `sk_data_ready` / `sk_state_change` callbacks, which [`TcpSocket::hook`] forwards
@@ -22,6 +22,7 @@ use core::{
     ffi::c_void,
     marker::PhantomData,
     mem,
+    net::IpAddr,
     ptr::{self, NonNull},
     sync::atomic::{AtomicBool, Ordering},
 };
@@ -29,6 +30,7 @@ use kernel::{ffi, prelude::*, sync::Arc, time::msecs_to_jiffies};
 
 use super::bindings as b;
 use super::blk_mq::DataPage;
+use super::inet::SockAddr;
 
 /// What a hooked socket reports. Both run in atomic context (softirq, under the socket's
 /// callback lock): they must not sleep, and typically queue a work item.
@@ -80,13 +82,17 @@ impl<T: SockEvents> TcpSocket<T> {
     /// which also becomes the send and receive timeout. A `from` port another socket holds
     /// fails with `EADDRINUSE` or `EADDRNOTAVAIL`; one below 1024 needs
     /// `CAP_NET_BIND_SERVICE` (the kernel's own threads and root have it). May sleep.
-    pub(crate) fn connect(addr: [u8; 4], port: u16, from: u16, timeout_ms: u32) -> Result<Self> {
+    pub(crate) fn connect(addr: IpAddr, port: u16, from: u16, timeout_ms: u32) -> Result<Self> {
+        let family = match addr {
+            IpAddr::V4(_) => b::AF_INET,
+            IpAddr::V6(_) => b::AF_INET6,
+        };
         let mut raw: *mut b::socket = ptr::null_mut();
         // SAFETY: `init_net` lives as long as the kernel; `raw` is valid for the result.
         check(unsafe {
             b::sock_create_kern(
                 ptr::addr_of_mut!(b::init_net),
-                b::AF_INET as ffi::c_int,
+                family as ffi::c_int,
                 b::sock_type_SOCK_STREAM as ffi::c_int,
                 b::IPPROTO_TCP as ffi::c_int,
                 &mut raw,
@@ -117,53 +123,25 @@ impl<T: SockEvents> TcpSocket<T> {
         }
         s.set_timeout_ms(timeout_ms);
         if from != 0 {
-            let local = b::sockaddr_in {
-                sin_family: b::AF_INET as _,
-                sin_port: from.to_be(),
-                ..Default::default()
-            };
-            // SAFETY: `local` is a valid `sockaddr_in` of the given length, read during the
-            // call; the socket is ours and not yet connected.
-            check(unsafe {
-                b::kernel_bind(
-                    s.sock.as_ptr(),
-                    ptr::from_ref(&local).cast_mut().cast(),
-                    mem::size_of::<b::sockaddr_in>() as ffi::c_int,
-                )
-            })?;
+            let mut local = SockAddr::any(addr, from);
+            // SAFETY: `local` is a valid socket address of the socket's family and of the
+            // given length, read during the call; the socket is ours and not yet connected.
+            check(unsafe { b::kernel_bind(s.sock.as_ptr(), local.as_mut_ptr(), local.len()) })?;
         }
-        let sin = b::sockaddr_in {
-            sin_family: b::AF_INET as _,
-            sin_port: port.to_be(),
-            sin_addr: b::in_addr {
-                s_addr: u32::from_ne_bytes(addr),
-            },
-            ..Default::default()
-        };
-        // SAFETY: `sin` is a valid `sockaddr_in` of the given length, read during the call.
-        check(unsafe {
-            b::kernel_connect(
-                s.sock.as_ptr(),
-                ptr::from_ref(&sin).cast_mut().cast(),
-                mem::size_of::<b::sockaddr_in>() as ffi::c_int,
-                0,
-            )
-        })?;
+        let mut dst = SockAddr::new(addr, port);
+        // SAFETY: `dst` is a valid socket address of the socket's family and of the given
+        // length, read during the call.
+        check(unsafe { b::kernel_connect(s.sock.as_ptr(), dst.as_mut_ptr(), dst.len(), 0) })?;
         Ok(s)
     }
 
-    /// The socket's own address and port (IPv4).
-    pub(crate) fn local(&self) -> Result<([u8; 4], u16)> {
-        let mut sin = b::sockaddr_in::default();
-        // SAFETY: `sin` is valid for writes of a `sockaddr_in`, which is all an IPv4 socket
-        // writes; the socket is live.
-        check(unsafe {
-            b::kernel_getsockname(self.sock.as_ptr(), ptr::from_mut(&mut sin).cast())
-        })?;
-        Ok((
-            sin.sin_addr.s_addr.to_ne_bytes(),
-            u16::from_be(sin.sin_port),
-        ))
+    /// The socket's own address and port.
+    pub(crate) fn local(&self) -> Result<(IpAddr, u16)> {
+        let mut local = SockAddr::empty();
+        // SAFETY: `local` is valid for writes of a `sockaddr_storage`, more than the socket's
+        // family writes; the socket is live.
+        check(unsafe { b::kernel_getsockname(self.sock.as_ptr(), local.as_mut_ptr()) })?;
+        local.get().ok_or(EINVAL)
     }
 
     fn sk(&self) -> *mut b::sock {

@@ -7,6 +7,7 @@
 //! it: anyone who can answer a Hello could otherwise serve it.
 
 use core::fmt::Display;
+use core::net::IpAddr;
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{bindings as kb, prelude::*};
 
@@ -56,9 +57,13 @@ pub(crate) fn needed<'a>(
     }
 }
 
-/// One end of a connection as the proofs see it.
-pub(crate) fn endpoint(addr: [u8; 4], port: u16) -> Endpoint {
-    Endpoint::v4(addr, port)
+/// One end of a connection as the proofs see it (an IPv4 address as IPv4-mapped IPv6, as the
+/// target sees it when it listens on IPv6).
+pub(crate) fn endpoint(addr: IpAddr, port: u16) -> Endpoint {
+    match addr {
+        IpAddr::V4(a) => Endpoint::v4(a.octets(), port),
+        IpAddr::V6(a) => Endpoint::v6(a.octets(), port),
+    }
 }
 
 /// Starts proving `keys` for the connection `hello` opened from `local` to `remote`: the

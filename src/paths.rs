@@ -7,6 +7,7 @@
 //! (failures, latency), changes; only the session work moves the active path, so a connection
 //! set is always connected to one path, named by its [`crate::host::ConnId`].
 
+use core::net::{IpAddr, Ipv4Addr};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU8, Ordering};
 
 use crate::proto::options::{Targets, MAX_TARGETS};
@@ -72,7 +73,7 @@ impl Paths {
     pub(crate) fn new(t: &Targets) -> Self {
         let unset = PathAddr {
             rdma: Peer {
-                addr: [0; 4],
+                addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 port: 0,
             },
             tcp_port: 0,

@@ -2,7 +2,7 @@
 
 //! `/sys/class/rdmadisk/ctl/probe`: one RDMA attach and one NOP against a target.
 //!
-//! Writing `addr=<ipv4> [port=<n>] export=<name> [secret=<hex> [target_secret=<hex>]]`
+//! Writing `addr=<ipv4-or-ipv6> [port=<n>] export=<name> [secret=<hex> [target_secret=<hex>]]`
 //! resolves the target, creates a PD, CQ and QP, connects with a Hello, logs the HelloReply
 //! (or the refusal), authenticates both ways if a key is given or the export asks for one,
 //! sends a `Nop` request, waits for its response, then tears everything down. It is the

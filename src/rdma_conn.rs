@@ -10,6 +10,7 @@
 
 use core::{
     fmt,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     sync::atomic::{AtomicU32, Ordering},
 };
 use kernel::{
@@ -53,17 +54,18 @@ const ACK_TIMEOUT_EXP: u8 = 17;
 /// CM events kept until the connector reads them; a set-up sees a handful.
 const MAX_EVENTS: usize = 8;
 
-/// A target's rdma_cm address.
+/// A target's rdma_cm (or TCP) address.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Peer {
-    pub(crate) addr: [u8; 4],
+    pub(crate) addr: IpAddr,
     pub(crate) port: u16,
 }
 
+/// `192.0.2.2:7700`, or `[fd00::2]:7700` (RFC 5952's short form): how sysfs and the log show
+/// a target, and how `target=` takes one.
 impl fmt::Display for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [a, b, c, d] = self.addr;
-        write!(f, "{a}.{b}.{c}.{d}:{}", self.port)
+        SocketAddr::new(self.addr, self.port).fmt(f)
     }
 }
 
@@ -406,7 +408,7 @@ pub(crate) fn connect<W: Watcher>(
     // "Access control"); the port stays through address resolution. With a key the proofs
     // vouch for the host, and rdma_cm picks any port.
     if !spec.keyed {
-        crate::resvport::with_reserved_port(who, |p| cm.bind_port(p))?;
+        crate::resvport::with_reserved_port(who, |p| cm.bind_port(p, peer.addr))?;
     }
     cm.resolve_addr(peer.addr, peer.port, resolve_ms)?;
     expect(&mut left, "resolving the address", |e| {
@@ -455,9 +457,10 @@ pub(crate) fn connect<W: Watcher>(
         cm.disconnect();
         return Err(errno(kb::ECONNREFUSED));
     }
-    // IPv4 is all `resolve_addr` asks for; an id without its addresses would only fail its
-    // authentication.
-    let ((src, local_port), (dst, _)) = cm.addresses().unwrap_or_default();
+    // IPv4 and IPv6 are all `resolve_addr` asks for; an id without its addresses would only
+    // fail its authentication.
+    let unknown = (IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+    let ((src, local_port), (dst, _)) = cm.addresses().unwrap_or((unknown, unknown));
     Ok(Conn {
         cm,
         pd,
@@ -465,7 +468,7 @@ pub(crate) fn connect<W: Watcher>(
         dev,
         reply,
         hello,
-        local: Endpoint::v4(src, local_port),
-        remote: Endpoint::v4(dst, peer.port),
+        local: crate::authn::endpoint(src, local_port),
+        remote: crate::authn::endpoint(dst, peer.port),
     })
 }

@@ -5,8 +5,13 @@
 //! flag `ro`. Keys may appear once. Parsing is pure and allocation-free so
 //! that the kernel module runs exactly the code tested here; every error
 //! names the offending key so the module can log it.
+//!
+//! Target addresses are IPv4 or IPv6. In `target=`, whose entries separate
+//! ports with colons, an IPv6 address goes in brackets (`[fd00::2]:7700`),
+//! as in a URL; `addr=` takes it with or without them.
 
 use core::fmt;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::auth::Secret;
 use super::wire::ExportName;
@@ -29,7 +34,7 @@ pub const MAX_TARGETS: usize = 4;
 pub enum Key {
     /// `name=`: the block device's name.
     Name,
-    /// `addr=`: the target's IPv4 address.
+    /// `addr=`: the target's IPv4 or IPv6 address.
     Addr,
     /// `port=`: the target's rdma_cm port.
     Port,
@@ -50,7 +55,8 @@ pub enum Key {
     /// same as `secret=` (DH-HMAC-CHAP's controller key), in hex.
     TargetSecret,
     /// `target=`: one to [`MAX_TARGETS`] targets (gateways) serving the
-    /// export, `ADDR[:PORT[:TCP_PORT]]` separated by commas; instead of `addr=`.
+    /// export, `ADDR[:PORT[:TCP_PORT]]` separated by commas (an IPv6 `ADDR` in
+    /// brackets); instead of `addr=`.
     Target,
 }
 
@@ -216,8 +222,8 @@ impl DeviceName {
 /// (a port not given in `target=` is `port=` / `tcp_port=`, else the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TargetAddr {
-    /// The four octets in network order.
-    pub addr: [u8; 4],
+    /// The address; never an IPv4-mapped IPv6 one (that is its IPv4 address).
+    pub addr: IpAddr,
     /// rdma_cm port, non-zero.
     pub port: u16,
     /// TCP fallback port, non-zero.
@@ -226,7 +232,7 @@ pub struct TargetAddr {
 
 impl TargetAddr {
     const NONE: TargetAddr = TargetAddr {
-        addr: [0; 4],
+        addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         port: 0,
         tcp_port: 0,
     };
@@ -292,16 +298,28 @@ fn parse_targets(v: &[u8]) -> Option<Targets> {
     };
     for entry in v.split(|&c| c == b',') {
         let slot = t.list.get_mut(usize::from(t.len))?;
-        let mut parts = entry.split(|&c| c == b':');
-        slot.addr = parse_ipv4(parts.next()?)?;
-        if let Some(p) = parts.next() {
-            slot.port = parse_port(p)?;
-        }
-        if let Some(p) = parts.next() {
-            slot.tcp_port = parse_port(p)?;
-        }
-        if parts.next().is_some() {
-            return None;
+        // An IPv6 address only in brackets: bare, `fd00::2:7700` would be an address, not a
+        // port, and a typo would map another host.
+        let (addr, rest) = match entry.strip_prefix(b"[") {
+            Some(r) => {
+                let end = r.iter().position(|&c| c == b']')?;
+                (parse_ipv6(&r[..end])?, &r[end + 1..])
+            }
+            None => {
+                let end = entry.iter().position(|&c| c == b':').unwrap_or(entry.len());
+                (IpAddr::from(parse_ipv4(&entry[..end])?), &entry[end..])
+            }
+        };
+        slot.addr = addr;
+        if !rest.is_empty() {
+            let mut ports = rest.strip_prefix(b":")?.split(|&c| c == b':');
+            slot.port = parse_port(ports.next()?)?;
+            if let Some(p) = ports.next() {
+                slot.tcp_port = parse_port(p)?;
+            }
+            if ports.next().is_some() {
+                return None;
+            }
         }
         t.len += 1;
     }
@@ -315,8 +333,8 @@ fn parse_targets(v: &[u8]) -> Option<Targets> {
 pub struct Options {
     /// `name=`.
     pub name: Option<DeviceName>,
-    /// `addr=`, the four octets in network order.
-    pub addr: Option<[u8; 4]>,
+    /// `addr=`; never an IPv4-mapped IPv6 address (that is its IPv4 address).
+    pub addr: Option<IpAddr>,
     /// `port=`, non-zero.
     pub port: Option<u16>,
     /// `export=`.
@@ -412,7 +430,7 @@ impl Options {
         let v = value.ok_or(OptionError::MissingValue(key))?;
         match key {
             Key::Name => self.name = Some(DeviceName::new(v).ok_or(bad)?),
-            Key::Addr => self.addr = Some(parse_ipv4(v).ok_or(bad)?),
+            Key::Addr => self.addr = Some(parse_addr(v).ok_or(bad)?),
             Key::Port => self.port = Some(parse_port(v).ok_or(bad)?),
             Key::TcpPort => self.tcp_port = Some(parse_port(v).ok_or(bad)?),
             Key::Export => self.export = Some(ExportName::new(v).map_err(|_| bad)?),
@@ -545,6 +563,31 @@ fn parse_ipv4(v: &[u8]) -> Option<[u8; 4]> {
     Some(out)
 }
 
+/// IPv6 as RFC 4291 writes it (an IPv4 tail allowed), with no zone. A link-local address
+/// means nothing without the interface a zone names, so it is refused. An IPv4-mapped address
+/// is the IPv4 address it maps: the same target either way, over IPv4.
+fn parse_ipv6(v: &[u8]) -> Option<IpAddr> {
+    let a: Ipv6Addr = core::str::from_utf8(v).ok()?.parse().ok()?;
+    if a.is_unicast_link_local() {
+        return None;
+    }
+    Some(match a.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(a),
+    })
+}
+
+/// `addr=`'s value: IPv4, or IPv6 with or without brackets.
+fn parse_addr(v: &[u8]) -> Option<IpAddr> {
+    if let Some(inner) = v.strip_prefix(b"[").and_then(|r| r.strip_suffix(b"]")) {
+        parse_ipv6(inner)
+    } else if v.contains(&b':') {
+        parse_ipv6(v)
+    } else {
+        parse_ipv4(v).map(IpAddr::from)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -588,7 +631,7 @@ mod tests {
     #[test]
     fn probe_line() {
         let o = Options::parse(b"addr=192.0.2.2 port=7700 export=disk0\n").unwrap();
-        assert_eq!(o.addr, Some([192, 0, 2, 2]));
+        assert_eq!(o.addr, Some(IpAddr::from([192, 0, 2, 2])));
         assert_eq!(o.port, Some(7700));
         assert_eq!(o.export.unwrap().as_str(), "disk0");
         assert!(!o.read_only);
@@ -604,7 +647,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o.name.unwrap().as_str(), "rd0");
-        assert_eq!(o.addr, Some([10, 1, 2, 3]));
+        assert_eq!(o.addr, Some(IpAddr::from([10, 1, 2, 3])));
         assert_eq!(o.port, Some(1));
         assert!(o.read_only);
         assert_eq!(o.queues, Some(256));
@@ -704,10 +747,13 @@ mod tests {
             assert_eq!(e.key(), Some(k), "{s}: {e:?}");
             assert_eq!(e, OptionError::BadValue(k), "{s}");
         }
-        assert_eq!(Options::parse(b"addr=0.0.0.0").unwrap().addr, Some([0; 4]));
+        assert_eq!(
+            Options::parse(b"addr=0.0.0.0").unwrap().addr,
+            Some(IpAddr::from([0; 4]))
+        );
         assert_eq!(
             Options::parse(b"addr=255.255.255.255").unwrap().addr,
-            Some([255; 4])
+            Some(IpAddr::from([255; 4]))
         );
     }
 
@@ -723,9 +769,9 @@ mod tests {
         );
     }
 
-    fn t(addr: [u8; 4], port: u16, tcp_port: u16) -> TargetAddr {
+    fn t(addr: impl Into<IpAddr>, port: u16, tcp_port: u16) -> TargetAddr {
         TargetAddr {
-            addr,
+            addr: addr.into(),
             port,
             tcp_port,
         }
@@ -766,7 +812,7 @@ mod tests {
         let o = Options::parse(b"target=1.1.1.1,2.2.2.2,3.3.3.3,4.4.4.4").unwrap();
         let l = o.targets.unwrap();
         assert_eq!((l.len(), l.is_empty()), (MAX_TARGETS, false));
-        assert_eq!(l.get(3).map(|e| e.addr), Some([4; 4]));
+        assert_eq!(l.get(3).map(|e| e.addr), Some(IpAddr::from([4; 4])));
         assert_eq!(l.get(4), None);
         assert_eq!((&l).into_iter().count(), 4);
         assert_eq!(o.addr, None, "target= does not fill addr=");
@@ -812,6 +858,95 @@ mod tests {
         assert_eq!(targets("port=9 target=1.2.3.4,1.2.3.4:7700").len(), 2);
     }
 
+    fn v6(s: &str) -> IpAddr {
+        IpAddr::V6(s.parse().unwrap())
+    }
+
+    #[test]
+    fn ipv6_addr_forms() {
+        for s in [
+            "addr=fd00:db8::2",
+            "addr=[fd00:db8::2]",
+            "addr=FD00:0DB8:0:0:0:0:0:2",
+        ] {
+            let o = Options::parse(s.as_bytes()).unwrap();
+            assert_eq!(o.addr, Some(v6("fd00:db8::2")), "{s}");
+        }
+        let o = Options::parse(b"addr=2001:db8::1 port=9 tcp_port=10").unwrap();
+        assert_eq!(
+            o.target_list().unwrap().as_slice(),
+            [t(v6("2001:db8::1"), 9, 10)]
+        );
+        // An IPv4-mapped address is its IPv4 address.
+        let o = Options::parse(b"addr=::ffff:192.0.2.2").unwrap();
+        assert_eq!(o.addr, Some(IpAddr::from([192, 0, 2, 2])));
+        assert_eq!(Options::parse(b"addr=::").unwrap().addr, Some(v6("::")));
+        for s in [
+            "addr=fd00:::2",
+            "addr=fd00::2::3",
+            "addr=1:2:3:4:5:6:7:8:9",
+            "addr=12345::1",
+            "addr=fd00::g",
+            "addr=[fd00::2",
+            "addr=fd00::2]",
+            "addr=[[fd00::2]]",
+            "addr=[]",
+            "addr=[1.2.3.4]",
+            "addr=[fd00::2]:7700",
+            // Link-local: no zone, so no interface; with one, refused too.
+            "addr=fe80::1",
+            "addr=fe80::1%eth0",
+            "addr=[fe80::1%2]",
+        ] {
+            assert_eq!(err(s), OptionError::BadValue(Key::Addr), "{s}");
+        }
+    }
+
+    #[test]
+    fn ipv6_targets() {
+        assert_eq!(
+            targets("target=[fd00:db8::2]"),
+            [t(v6("fd00:db8::2"), DEFAULT_RDMA_PORT, DEFAULT_TCP_PORT)]
+        );
+        assert_eq!(
+            targets("port=5 target=[fd00::2]:9000,192.0.2.3,[fd00::3]:9001:9002,[::1]"),
+            [
+                t(v6("fd00::2"), 9000, DEFAULT_TCP_PORT),
+                t([192, 0, 2, 3], 5, DEFAULT_TCP_PORT),
+                t(v6("fd00::3"), 9001, 9002),
+                t(v6("::1"), 5, DEFAULT_TCP_PORT),
+            ]
+        );
+        assert_eq!(
+            targets("target=[::ffff:10.0.0.1]:7"),
+            [t([10, 0, 0, 1], 7, DEFAULT_TCP_PORT)]
+        );
+        for s in [
+            // Bare: its colons would be read as ports.
+            "target=fd00::2",
+            "target=::1",
+            "target=[fd00::2]7700",
+            "target=[fd00::2]]",
+            "target=[fd00::2",
+            "target=[fd00::2]:",
+            "target=[fd00::2]::7701",
+            "target=[fd00::2]:0",
+            "target=[fd00::2]:1:2:3",
+            "target=[]",
+            "target=[]:7700",
+            "target=[1.2.3.4]",
+            "target=[fe80::1]",
+            "target=[fe80::1%eth0]:7700",
+            "target=[fd00::2],",
+            // The same target, however it is written.
+            "target=[fd00::2],[fd00:0:0::2]",
+            "target=[FD00::2]:7700,[fd00::2]",
+            "target=[::ffff:1.2.3.4],1.2.3.4",
+        ] {
+            assert_eq!(err(s), OptionError::BadValue(Key::Target), "{s}");
+        }
+    }
+
     #[test]
     fn target_and_addr_conflict() {
         for s in [
@@ -833,7 +968,7 @@ mod tests {
         // The single form, as before.
         let o = Options::parse(b"name=d addr=192.0.2.2 export=e").unwrap();
         assert_eq!(o.targets, None);
-        assert_eq!(o.addr, Some([192, 0, 2, 2]));
+        assert_eq!(o.addr, Some(IpAddr::from([192, 0, 2, 2])));
         let l = o.target_list().unwrap();
         assert_eq!(
             l.as_slice(),
@@ -897,13 +1032,13 @@ mod tests {
                 x ^= x << 13;
                 x ^= x >> 17;
                 x ^= x << 5;
-                *b = b"ap=. 0\n9x\xff"[(x % 10) as usize];
+                *b = b"ap=. 0\n9x\xff:[]"[(x % 13) as usize];
             }
             let _ = Options::parse(&buf);
         }
         // target= values: whatever parses has 1..=MAX_TARGETS entries, non-zero ports and
         // no (address, port) twice.
-        let frags: [&[u8]; 8] = [
+        let frags: [&[u8]; 12] = [
             b"1.2.3.4",
             b"1.2.3.4:9",
             b"1.2.3.5:9:9",
@@ -912,6 +1047,10 @@ mod tests {
             b"1.2.3.4:0",
             b"port=9 ",
             b"1.2.3",
+            b"[fd00::2]",
+            b"[fd00::2]:9",
+            b"[::ffff:1.2.3.4]:9:8",
+            b"[fd00::",
         ];
         let mut ok = 0;
         for seed in 0u32..20_000 {
@@ -924,7 +1063,7 @@ mod tests {
                 if i > 0 {
                     line.push(b',');
                 }
-                line.extend_from_slice(frags[(x % 8) as usize]);
+                line.extend_from_slice(frags[(x % 12) as usize]);
             }
             if let Ok(o) = Options::parse(&line) {
                 let l = o.target_list().unwrap();

@@ -117,10 +117,15 @@ pub struct Rdma {
     last_raw: [u8; SLOT],
 }
 
-/// Binds `id` to a reserved port of `ip` (any address if none), when the process may: the
-/// target serves an export without a key only to those.
-fn bind_reserved(id: &CmId, ip: Option<IpAddr>) -> io::Result<()> {
-    let ip = ip.unwrap_or(IpAddr::from([0, 0, 0, 0]));
+/// Binds `id` to a reserved port of `ip` (any address of `to`'s family if none), when the
+/// process may: the target serves an export without a key only to those. rdma_cm resolves
+/// only to an address of the family the id is bound in.
+fn bind_reserved(id: &CmId, ip: Option<IpAddr>, to: SocketAddr) -> io::Result<()> {
+    let ip = ip.unwrap_or(if to.is_ipv4() {
+        IpAddr::from([0, 0, 0, 0])
+    } else {
+        IpAddr::from([0u16; 8])
+    });
     for port in resvport::candidates() {
         match id.bind(SocketAddr::new(ip, port)) {
             Ok(()) => return Ok(()),
@@ -180,7 +185,7 @@ impl Rdma {
         let ch = EventChannel::new()?;
         let mut id = CmId::new(&ch)?;
         if o.reserved_port {
-            bind_reserved(&id, o.bind)?;
+            bind_reserved(&id, o.bind, addr)?;
         }
         // A bound id resolves from the address it is bound to.
         let src = (id.local_addr().is_none_or(|a| a.port() == 0))
@@ -347,7 +352,7 @@ impl Rdma {
         let ch = EventChannel::new()?;
         let mut id = CmId::new(&ch)?;
         if o.reserved_port {
-            bind_reserved(&id, o.bind)?;
+            bind_reserved(&id, o.bind, addr)?;
         }
         resolve(&ch, &mut id, None, addr, o.timeout)?;
         let pd = id.alloc_pd()?;

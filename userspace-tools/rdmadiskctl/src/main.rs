@@ -154,11 +154,12 @@ struct MapArgs {
     /// Name of the disk (shown in `list`, usable instead of rdmadiskN)
     #[arg(long)]
     name: String,
-    /// The target's IPv4 address
+    /// The target's IPv4 or IPv6 address
     #[arg(long, value_name = "IP", required_unless_present = "target")]
     addr: Option<String>,
     /// Instead of --addr: 1 to 4 targets (gateways of a shared store) as
-    /// ADDR[:PORT[:TCP_PORT]],... in order of preference; the disk fails over between them
+    /// ADDR[:PORT[:TCP_PORT]],... (an IPv6 ADDR in brackets) in order of preference; the disk
+    /// fails over between them
     #[arg(long, value_name = "LIST", conflicts_with = "addr")]
     target: Option<String>,
     /// The export to attach

@@ -198,7 +198,8 @@ pub fn rule(key: Key) -> String {
     match key {
         Key::Name => format!("1 to {DEVICE_NAME_MAX} characters of A-Z a-z 0-9 . _ -"),
         Key::Export => format!("1 to {EXPORT_NAME_MAX} characters of A-Z a-z 0-9 . _ -"),
-        Key::Addr => "an IPv4 address as four numbers 0-255 without leading zeros, like 192.0.2.2"
+        Key::Addr => "an IPv4 address as four numbers 0-255 without leading zeros, like 192.0.2.2, \
+                      or an IPv6 address, like fd00::2 (not a link-local one)"
             .to_owned(),
         Key::Port | Key::TcpPort => "a port number from 1 to 65535".to_owned(),
         Key::Queues => format!("a whole number from 1 to {MAX_QUEUES}"),
@@ -209,7 +210,8 @@ pub fn rule(key: Key) -> String {
         Key::Ro => "no value".to_owned(),
         Key::Target => format!(
             "1 to {MAX_TARGETS} targets as ADDR[:PORT[:TCP_PORT]], comma-separated, each address \
-             as for addr and each port from 1 to 65535, no target twice"
+             as for addr (an IPv6 one in brackets, like [fd00::2]:7700) and each port from 1 to \
+             65535, no target twice"
         ),
         Key::Secret | Key::TargetSecret => format!(
             "a key file of {} to {} hex digits (an even number)",
@@ -355,7 +357,8 @@ mod tests {
                 ..req()
             }),
             "invalid map options: bad value for key 'addr' ('010.0.0.1'): expected an IPv4 address \
-             as four numbers 0-255 without leading zeros, like 192.0.2.2"
+             as four numbers 0-255 without leading zeros, like 192.0.2.2, or an IPv6 address, like \
+             fd00::2 (not a link-local one)"
         );
         let e = err(MapRequest {
             queues: Some("200".into()),

@@ -374,7 +374,8 @@ fn map_validates_writes_and_finds_the_disk() {
     assert_eq!(
         e,
         "rdmadiskctl: invalid map options: bad value for key 'addr' ('192.0.2.256'): expected an \
-         IPv4 address as four numbers 0-255 without leading zeros, like 192.0.2.2\n"
+         IPv4 address as four numbers 0-255 without leading zeros, like 192.0.2.2, or an IPv6 \
+         address, like fd00::2 (not a link-local one)\n"
     );
     assert_eq!(read(&line), "", "nothing written");
 
