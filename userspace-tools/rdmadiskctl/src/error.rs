@@ -63,6 +63,8 @@ pub enum Error {
     Timeout(String),
     /// `top` could not drive the terminal.
     Terminal(io::Error),
+    /// Several things failed, each already told; `code` is the first one's exit status.
+    Failed { what: String, code: u8 },
 }
 
 impl Error {
@@ -75,6 +77,7 @@ impl Error {
             Error::Refused { .. } => exit::REFUSED,
             Error::Timeout(_) => exit::TIMEOUT,
             Error::Io { .. } | Error::Parse { .. } | Error::Terminal(_) => exit::FAILURE,
+            Error::Failed { code, .. } => *code,
         }
     }
 
@@ -151,6 +154,7 @@ impl fmt::Display for Error {
             Error::Parse { path, msg } => write!(f, "cannot parse {}: {msg}", path.display()),
             Error::Timeout(msg) => f.write_str(msg),
             Error::Terminal(err) => write!(f, "cannot drive the terminal: {err}"),
+            Error::Failed { what, .. } => f.write_str(what),
         }
     }
 }

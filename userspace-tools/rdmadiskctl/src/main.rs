@@ -1,6 +1,7 @@
 //! rdmadiskctl: map, inspect and tune the disks of the rdmadisk kernel module through its
 //! sysfs files. This file holds the command line and sends each command to its module.
 
+mod conf;
 mod disk;
 mod error;
 mod knobs;
@@ -28,7 +29,8 @@ const DISK_HELP: &str = "rdmadiskN, /dev/rdmadiskN, or the name given at map tim
 
 const AFTER_HELP: &str = "\
 Environment:
-  RDMADISK_SYSFS  the sysfs root to use instead of /sys (for tests against a fake tree)
+  RDMADISK_SYSFS       the sysfs root to use instead of /sys (for tests against a fake tree)
+  RDMADISK_DISKS_CONF  the file map-all and unmap-all read, instead of /etc/rdmadisk/disks.conf
 
 Exit status:
   0  success
@@ -38,7 +40,9 @@ Exit status:
   4  no such disk is mapped (or it has no block device yet)
   5  permission denied: run as root
   6  the kernel refused the write (its reason is in `dmesg | tail`)
-  7  failover --wait timed out";
+  7  failover --wait timed out
+  map-all and unmap-all exit with the status of their first failure, after trying every disk;
+  a bad line in the file is status 2, and nothing is mapped or unmapped.";
 
 const STATS_JSON_HELP: &str = r#"JSON (--json):
   {"disk": "rdmadisk0", "name": "d1",
@@ -71,6 +75,24 @@ struct Cli {
 enum Command {
     /// Map a target's export as a new /dev/rdmadiskN, and print its path
     Map(MapArgs),
+    /// Map every disk of disks.conf that is not mapped yet (rdmadisk.service's ExecStart)
+    #[command(after_help = DISKS_CONF_HELP)]
+    MapAll {
+        #[command(flatten)]
+        conf: ConfArg,
+        /// Check the file and read its key files, but map nothing
+        #[arg(long)]
+        check: bool,
+    },
+    /// Unmap the disks of disks.conf that are mapped (rdmadisk.service's ExecStop)
+    #[command(after_help = DISKS_CONF_HELP)]
+    UnmapAll {
+        #[command(flatten)]
+        conf: ConfArg,
+        /// Unmap even disks that are open: their outstanding and future I/O fail
+        #[arg(long)]
+        force: bool,
+    },
     /// Unmap a disk
     Unmap {
         #[arg(help = DISK_HELP)]
@@ -147,6 +169,28 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<std::path::PathBuf>,
     },
+}
+
+const DISKS_CONF_HELP: &str = "\
+disks.conf holds one disk a line, its name then the keys of `map`:
+  # NAME  KEY=VALUE ...
+  vol0    addr=192.0.2.2 export=vol0
+  db      target=192.0.2.2,192.0.2.3:7710:7711 export=db queues=4 secret_file=db.key ro
+Keys: addr or target, export, port, tcp_port, queues, poll_queues, ro, secret_file,
+target_secret_file (a relative key file path is taken from the file's directory). '#' starts a
+comment; blank lines are skipped. The whole file is checked, key files read, before anything is
+mapped: a bad line is named as FILE:LINE and nothing is mapped.
+
+map-all skips a disk whose name is mapped already (to the same export), so running it twice maps
+nothing twice. unmap-all unmaps only the file's disks, last line first; disks mapped by hand are
+left alone, and with the module not loaded there is nothing to do.";
+
+/// Where map-all and unmap-all read their disks.
+#[derive(Debug, clap::Args)]
+struct ConfArg {
+    /// The persistent maps file
+    #[arg(long, value_name = "PATH", env = conf::PATH_ENV, default_value = conf::DEFAULT_PATH)]
+    config: std::path::PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -265,6 +309,21 @@ fn run(cli: Cli) -> Result<()> {
             };
             emit_line(&map::map(&sysfs, &req)?)
         }
+        Command::MapAll { conf, check } => {
+            let entries = conf::load(&conf.config, true)?;
+            if check {
+                return emit_line(&format!(
+                    "{}: {} disks, every line valid",
+                    conf.config.display(),
+                    entries.len()
+                ));
+            }
+            report("map-all", conf::map_all(&sysfs, &entries)?)
+        }
+        Command::UnmapAll { conf, force } => {
+            let entries = conf::load(&conf.config, false)?;
+            report("unmap-all", conf::unmap_all(&sysfs, &entries, force)?)
+        }
         Command::Unmap { disk, force } => emit_line(&map::unmap(&sysfs, &disk, force)?),
         Command::List { json } => {
             let l = list::listing(&sysfs)?;
@@ -321,6 +380,24 @@ fn run(cli: Cli) -> Result<()> {
                 err,
             })
         }
+    }
+}
+
+/// Prints what a `*-all` command did, each failure on standard error; fails with the first
+/// failure's status.
+fn report(cmd: &str, o: conf::Outcome) -> Result<()> {
+    for line in &o.done {
+        emit_line(line)?;
+    }
+    for (msg, _) in &o.failed {
+        eprintln!("rdmadiskctl: {cmd}: {msg}");
+    }
+    match o.failed.first() {
+        None => Ok(()),
+        Some(&(_, code)) => Err(Error::Failed {
+            what: format!("{cmd}: {} of the disks failed", o.failed.len()),
+            code,
+        }),
     }
 }
 

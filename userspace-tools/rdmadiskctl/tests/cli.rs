@@ -466,3 +466,99 @@ fn top_needs_a_terminal() {
     assert_eq!(code, 1);
     assert!(e.contains("standard output is not a terminal"), "{e}");
 }
+
+#[test]
+fn map_all_maps_what_is_not_mapped_and_says_what_failed() {
+    let f = Fake::loaded();
+    let line = f.ctl().join("map_device");
+    let conf = f.dir.path().join("disks.conf");
+    let run = |args: &[&str]| {
+        Command::new(common::BIN)
+            .args(args)
+            .env("RDMADISK_SYSFS", f.dir.path())
+            .env("RDMADISK_DISKS_CONF", &conf)
+            .output()
+            .unwrap()
+    };
+    // d1 and d2 are mapped already (to vol0 and vol1): nothing is written.
+    fs::write(
+        &conf,
+        "# the fake's disks\nd1 addr=192.0.2.2 export=vol0\nd2 addr=192.0.2.3 export=vol1 ro\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ok(run(&["map-all"])),
+        "d1: already mapped as /dev/rdmadisk0\nd2: already mapped as /dev/rdmadisk1\n"
+    );
+    assert_eq!(read(&line), "", "nothing written");
+
+    // A bad line: named with its file and line, and nothing is mapped, not even the good d3.
+    fs::write(
+        &conf,
+        "d3 addr=192.0.2.2 export=vol3\n\nd4 addr=192.0.2.2 export=vol4 queues=0\n",
+    )
+    .unwrap();
+    let (code, e) = fails(run(&["map-all"]));
+    assert_eq!(code, 2);
+    assert!(
+        e.starts_with(&format!("rdmadiskctl: {}:3: ", conf.display()))
+            && e.contains("'queues' ('0')"),
+        "{e}"
+    );
+    assert_eq!(read(&line), "", "nothing written");
+    let (code, _) = fails(run(&["map-all", "--check"]));
+    assert_eq!(code, 2);
+
+    // d3 is written (the fake never lists it: a failure), d1 is skipped, and d1 mapped to
+    // another export is a failure of its own; each is said, and the status is the first's.
+    fs::write(
+        &conf,
+        "d1 addr=192.0.2.2 export=vol0\nd3 addr=192.0.2.2 export=vol3\n",
+    )
+    .unwrap();
+    assert_eq!(
+        ok(run(&["map-all", "--check"])),
+        format!("{}: 2 disks, every line valid\n", conf.display())
+    );
+    let o = run(&["map-all"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "d1: already mapped as /dev/rdmadisk0\n");
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("rdmadiskctl: map-all: {}:2: d3: ", conf.display()))
+            && e.contains("lists no disk named 'd3'")
+            && e.ends_with("rdmadiskctl: map-all: 1 of the disks failed\n"),
+        "{e}"
+    );
+    assert_eq!(read(&line), "name=d3 addr=192.0.2.2 export=vol3\n");
+    let conf2 = f.dir.path().join("other.conf");
+    fs::write(&conf2, "d1 addr=192.0.2.2 export=volX\n").unwrap();
+    let o = run(&["map-all", "--config", conf2.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(":1: d1: a disk of that name is mapped already, to export 'vol0'"),
+        "{}",
+        stderr(&o)
+    );
+
+    // unmap-all: only the file's disks that are mapped (d1), not d2, which the file lacks.
+    let unmap = f.disk_dir("rdmadisk0").join("unmap");
+    assert_eq!(ok(run(&["unmap-all"])), "unmapped rdmadisk0 (d1)\n");
+    assert_eq!(read(&unmap), "normal\n");
+    ok(run(&["unmap-all", "--force"]));
+    assert_eq!(read(&unmap), "force\n");
+    // With the module not loaded there is nothing to unmap; map-all says it is not loaded.
+    let u = Fake::unloaded();
+    let o = Command::new(common::BIN)
+        .args(["unmap-all", "--config", conf.to_str().unwrap()])
+        .env("RDMADISK_SYSFS", u.dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success() && o.stdout.is_empty(), "{o:?}");
+    let o = Command::new(common::BIN)
+        .args(["map-all", "--config", conf.to_str().unwrap()])
+        .env("RDMADISK_SYSFS", u.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+}
