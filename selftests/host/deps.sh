@@ -21,6 +21,8 @@ PKGS=(
   ceph-mon ceph-osd ceph-common librbd-dev librados-dev
 )
 
+python3 -c 'import prometheus_client' 2>/dev/null || pip install -q prometheus-client # tests/92
+
 if [ -f "$STAMP" ] && [ -x "$CACHE/bin/bindgen" ] && [ -x /usr/bin/rustc ] && command -v vng >/dev/null; then
   exit 0
 fi
