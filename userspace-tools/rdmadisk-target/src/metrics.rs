@@ -130,14 +130,14 @@ pub fn render(s: &Sample) -> String {
         if GAUGES.contains(&name.as_str()) {
             let g = Gauge::<i64>::default();
             g.set(gauge_value(*v));
-            r.register(name.as_str(), format!("Target-wide {name} (a gauge)."), g);
+            r.register(name.as_str(), format!("Target-wide {name} (a gauge)"), g);
         } else {
             let c = Counter::<u64>::default();
             c.inc_by(*v);
-            r.register(name.as_str(), format!("Target-wide {name}."), c);
+            r.register(name.as_str(), format!("Target-wide {name}"), c);
         }
     }
-    let up = gauge_family(&mut r, "transport_up", "Whether a transport is listening.");
+    let up = gauge_family(&mut r, "transport_up", "Whether a transport is listening");
     for (tr, on) in [("tcp", s.up.0), ("rdma", s.up.1)] {
         up.get_or_create(&vec![("transport", tr.to_string())])
             .set(i64::from(on));
@@ -147,7 +147,7 @@ pub fn render(s: &Sample) -> String {
     let ex_conns = gauge_family(
         &mut r,
         "export_connections",
-        "Connections attached to an export now.",
+        "Connections attached to an export now",
     );
     let ex: Vec<_> = fields
         .iter()
@@ -155,7 +155,7 @@ pub fn render(s: &Sample) -> String {
             counter_family(
                 &mut r,
                 &format!("export_{n}"),
-                &format!("Per export: {}.", help_of(n)),
+                &format!("Per export: {}", help_of(n)),
             )
         })
         .collect();
@@ -170,7 +170,7 @@ pub fn render(s: &Sample) -> String {
     let cl_conns = gauge_family(
         &mut r,
         "client_connections",
-        "Connections of a client (address) to an export, on a transport, now.",
+        "Connections of a client (address) to an export, on a transport, now",
     );
     let cl: Vec<_> = fields
         .iter()
@@ -178,14 +178,14 @@ pub fn render(s: &Sample) -> String {
             counter_family(
                 &mut r,
                 &format!("client_{n}"),
-                &format!("Per client address, export and transport: {}.", help_of(n)),
+                &format!("Per client address, export and transport: {}", help_of(n)),
             )
         })
         .collect();
     let tr_conns = gauge_family(
         &mut r,
         "transport_connections",
-        "Connections on a transport now.",
+        "Connections on a transport now",
     );
     let tr: Vec<_> = fields
         .iter()
@@ -193,7 +193,7 @@ pub fn render(s: &Sample) -> String {
             counter_family(
                 &mut r,
                 &format!("transport_{n}"),
-                &format!("Per transport: {}.", help_of(n)),
+                &format!("Per transport: {}", help_of(n)),
             )
         })
         .collect();
