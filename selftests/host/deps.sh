@@ -19,6 +19,8 @@ PKGS=(
   ceph-mon ceph-osd ceph-common
 )
 
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || apt-get install -y -qq --no-install-recommends python3-prometheus-client # tests/92: the VMs' python3
+
 if [ -f "$STAMP" ] && [ -x "$CACHE/bin/bindgen" ] && [ -x /usr/bin/rustc ] && command -v vng >/dev/null; then
   exit 0
 fi

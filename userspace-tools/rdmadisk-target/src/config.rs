@@ -19,7 +19,7 @@
 //! and a failed start can list them all.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -55,11 +55,14 @@ EXAMPLES:
   rdmadisk-target --config /etc/rdmadisk/target.toml
   rdmadisk-target --check-config --config /etc/rdmadisk/target.toml
   rdmadisk-target stats --config /etc/rdmadisk/target.toml --json
+  rdmadisk-target clients --config /etc/rdmadisk/target.toml
+  kill -HUP $(pidof rdmadisk-target)    # re-read the config file (systemctl reload)
 
 TOML keys: listen, rdma_port, tcp_port, no_rdma, no_tcp, allow = [..], allow_any,
 max_io_bytes, queue_depth, credits, direct, buffer_memory, rdma_window, inline_max,
 ack_timeout_exp, poll_us, max_connections, max_connections_per_host, hello_timeout_s,
-idle_timeout_s, send_timeout_s, shutdown_timeout_s, stats_file, log_level,
+idle_timeout_s, send_timeout_s, shutdown_timeout_s, stats_file, control_socket, metrics_listen,
+metrics_file, log_level,
 corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, ceph_conf,
 ceph_client, ceph_keyring, lock_wait_s, [[host]] tables with name, address, secret_file,
 target_secret_file, and [[export]] tables with name, path (or rbd:POOL/IMAGE), read_only, allow = [..],
@@ -270,13 +273,43 @@ pub struct Args {
     /// ones), so a client runs out of credits with nothing in flight.
     #[arg(long)]
     pub grant_no_credits: bool,
+    /// The unix socket `rdmadisk-target clients` asks (default
+    /// /run/rdmadisk-target/control.sock, when that directory exists).
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP at ADDR:PORT (e.g. 127.0.0.1:9464). Default: none.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Rewrite the Prometheus metrics to this file every second (node_exporter's textfile
+    /// collector). Default: none.
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
 }
+
+/// The control socket's path when none is configured (systemd's RuntimeDirectory).
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/rdmadisk-target/control.sock";
 
 /// Subcommands: tools that read what a running target leaves behind.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print a running target's counters from its stats file.
     Stats(StatsArgs),
+    /// List the clients attached to a running target (asks its control socket).
+    Clients(ClientsArgs),
+}
+
+/// `rdmadisk-target clients`.
+#[derive(clap::Args, Debug, Default)]
+pub struct ClientsArgs {
+    /// The target's control socket (its control_socket).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Or the target's TOML config, to take control_socket from.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// One JSON array, an object per connection.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `rdmadisk-target stats`.
@@ -378,6 +411,9 @@ pub struct FileConf {
     pub host: Vec<HostConf>,
     #[serde(default)]
     pub export: Vec<ExportConf>,
+    pub control_socket: Option<PathBuf>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_file: Option<PathBuf>,
 }
 
 impl FileConf {
@@ -475,6 +511,12 @@ pub struct Config {
     pub grant_no_credits: bool,
     pub hosts: Vec<HostKey>,
     pub exports: Vec<ExportSpec>,
+    /// The unix socket `rdmadisk-target clients` asks; `None`: the default, if its
+    /// directory exists.
+    pub control_socket: Option<PathBuf>,
+    /// Where Prometheus metrics are served, and the file they are rewritten to.
+    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_file: Option<PathBuf>,
 }
 
 /// Everything found wrong with a configuration, one problem per entry.
@@ -1006,6 +1048,9 @@ impl Config {
             grant_no_credits: args.grant_no_credits,
             hosts: hosts(args, &file, &mut p),
             exports: specs,
+            control_socket: args.control_socket.clone().or(file.control_socket.clone()),
+            metrics_listen: args.metrics_listen.or(file.metrics_listen),
+            metrics_file: args.metrics_file.clone().or(file.metrics_file.clone()),
         };
         if exports.is_empty() && file_read {
             p.add("no exports: give --export NAME=PATH or [[export]] in the config file");

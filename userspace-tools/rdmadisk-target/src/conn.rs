@@ -31,6 +31,7 @@ use crate::wake::Wake;
 pub const TAKEN: &str = "the export was attached read-write by another host meanwhile";
 use crate::fence_table::{ConnFence, Ticket};
 use crate::pool::{Buf, Demand, Pool, Take};
+use crate::registry::{Attach, Counters, Registered};
 use crate::ring::{Done, Ring};
 use crate::stats::{micros, Stats};
 
@@ -167,6 +168,11 @@ pub struct Core {
     kick_polled: bool,
     /// When teardown stops waiting for the ring (set by the first [`Core::drain`]).
     drain_until: Option<Instant>,
+    /// This connection's request counters (its export's count the same requests).
+    pub counters: Arc<Counters>,
+    /// Its entry in the target's registry, once the transport has made it
+    /// ([`Core::register`]).
+    registered: Option<Registered>,
 }
 
 /// How long teardown waits for a connection's ring operations before it lets go of the
@@ -227,7 +233,38 @@ impl Core {
             hold: None,
             confirmed: false,
             drain_until: None,
+            counters: Arc::default(),
+            registered: None,
         })
+    }
+
+    /// Lists the connection among the attached ones (`rdmadisk-target clients`), until it
+    /// ends.
+    pub fn register(&mut self, a: Attach) {
+        self.registered = Some(self.t.registry.add(
+            a,
+            self.counters.clone(),
+            &self.export.client_totals,
+            self.kick.clone(),
+        ));
+    }
+
+    /// Why the target ends this connection, if it does: a reload removed its export or no
+    /// longer admits its client. It then takes no new request, finishes the ones it has
+    /// (within the shutdown timeout), and closes, as at a shutdown.
+    pub fn evicted(&self) -> Option<String> {
+        if let Some(why) = self.registered.as_ref().and_then(|r| r.client.evicted()) {
+            return Some(why);
+        }
+        // One that attached as the reload took its export out, and was not there to evict.
+        self.export
+            .retired()
+            .then(|| format!("export {} was removed by a reload", self.export.name))
+    }
+
+    /// The target stops, or ends this connection ([`Core::evicted`]).
+    pub fn leaving(&self) -> bool {
+        self.t.stopping() || self.evicted().is_some()
     }
 
     /// The client is trusted from now on (it proved its key; or, with no key, the connection
@@ -288,6 +325,8 @@ impl Core {
         s.status = Status::Ok;
         s.arrived = Some(Instant::now());
         s.io_at = None;
+        self.counters.request(req.opcode);
+        self.export.counters.request(req.opcode);
         if let Err(st) = self.t.admit(&self.export, &req, !self.writes) {
             // Still checked: any request of a newer set moves the fence.
             let st = match self.enter(false) {
@@ -537,10 +576,14 @@ impl Core {
                 s.crc = crc32c(data);
                 self.t.maybe_corrupt_read(data);
                 Stats::add(&st.bytes_read, u64::from(len));
+                Stats::add(&self.counters.bytes_read, u64::from(len));
+                Stats::add(&e.counters.bytes_read, u64::from(len));
                 Status::Ok
             }
             IoOp::Write { len, .. } if res == len as i32 => {
                 Stats::add(&st.bytes_written, u64::from(len));
+                Stats::add(&self.counters.bytes_written, u64::from(len));
+                Stats::add(&e.counters.bytes_written, u64::from(len));
                 Status::Ok
             }
             // Durable only if nothing was lost before it either: see `settle`.
@@ -632,6 +675,8 @@ impl Core {
     }
 
     fn answer(&mut self, i: usize, status: Status) {
+        self.counters.answered(status);
+        self.export.counters.answered(status);
         let s = &mut self.slots[i];
         s.status = status;
         s.stage = Stage::Answer;
@@ -1064,7 +1109,8 @@ mod tests {
         let b = testkit::Blocks::new(&dir.path().join("e"), 4096);
         let t = testkit::target(vec![("e", Box::new(b))]);
         assert_eq!(
-            t.hello_reply(&t.exports["e"], None).logical_block_size,
+            t.hello_reply(&t.export("e").unwrap(), None)
+                .logical_block_size,
             4096
         );
         let pool = Pool::plain(1 << 20, &Budget::new(64 << 20, 1 << 20));

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use rdmadisk_net::allow::AllowList;
@@ -278,11 +278,14 @@ fn stop_wake() -> Option<Wake> {
 
 /// State shared by every connection thread.
 pub struct Target {
-    pub exports: Exports,
-    /// Target-wide allow-list, checked before anything is read from a client.
-    pub allow: AllowList,
-    /// No allow-list at all was configured, and that was meant (`allow_any`).
-    pub allow_any: bool,
+    /// The exports by name; a reload adds and removes some (`reload.rs`).
+    exports: RwLock<Exports>,
+    /// Target-wide allow-list, checked before anything is read from a client; and whether
+    /// no allow-list at all was configured, and that was meant (`allow_any`). A reload may
+    /// change both.
+    access: RwLock<(AllowList, bool)>,
+    /// The attached connections.
+    pub registry: Arc<crate::registry::Registry>,
     pub limits: Limits,
     pub stats: Stats,
     pub budget: Arc<Budget>,
@@ -311,12 +314,14 @@ impl Target {
         budget: Arc<Budget>,
     ) -> Target {
         Target {
-            exports: exports
-                .into_iter()
-                .map(|e| (e.name.clone(), Arc::new(e)))
-                .collect(),
-            allow,
-            allow_any,
+            exports: RwLock::new(
+                exports
+                    .into_iter()
+                    .map(|e| (e.name.clone(), Arc::new(e)))
+                    .collect(),
+            ),
+            access: RwLock::new((allow, allow_any)),
+            registry: crate::registry::Registry::new(),
             limits,
             stats: Stats::default(),
             budget,
@@ -373,7 +378,53 @@ impl Target {
 
     /// Whether the target-wide list lets `ip` in (checked on accept, before reading).
     pub fn admits(&self, ip: IpAddr) -> bool {
-        self.allow_any || self.allow.allows(ip)
+        let a = self.access.read().unwrap_or_else(PoisonError::into_inner);
+        a.1 || a.0.allows(ip)
+    }
+
+    /// Whether no allow-list applies (`allow_any`).
+    pub fn allow_any(&self) -> bool {
+        self.access.read().unwrap_or_else(PoisonError::into_inner).1
+    }
+
+    /// Replaces the target-wide allow-list (a reload).
+    pub fn set_access(&self, allow: AllowList, allow_any: bool) {
+        *self.access.write().unwrap_or_else(PoisonError::into_inner) = (allow, allow_any);
+    }
+
+    /// The export called `name`, now.
+    pub fn export(&self, name: &str) -> Option<Arc<Export>> {
+        self.exports
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// Every export now, by name.
+    pub fn exports(&self) -> Vec<Arc<Export>> {
+        let mut v: Vec<_> = self
+            .exports
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Adds `add` and takes out the exports named in `remove` (a reload): new Hellos find
+    /// the one and not the others; connections already attached keep their export until
+    /// they end (see [`crate::registry::Registry::evict`]).
+    pub fn change_exports(&self, add: Vec<Export>, remove: &[String]) {
+        let mut m = self.exports.write().unwrap_or_else(PoisonError::into_inner);
+        for n in remove {
+            m.remove(n);
+        }
+        for e in add {
+            m.insert(e.name.clone(), Arc::new(e));
+        }
     }
 
     /// A place for one more connection from `ip` under the caps, or `None` (counted).
@@ -421,7 +472,7 @@ impl Target {
         let ip = peer.map(|p| p.ip().to_canonical());
         match ip {
             Some(ip) if self.admits(ip) => {}
-            None if self.allow_any => {}
+            None if self.allow_any() => {}
             _ => {
                 return Err(Refused::new(
                     HelloStatus::NotAllowed,
@@ -442,9 +493,7 @@ impl Target {
             return Err(Refused::new(HelloStatus::Invalid, "bad queue numbers"));
         }
         let export = self
-            .exports
-            .get(hello.export.as_str())
-            .cloned()
+            .export(hello.export.as_str())
             .ok_or(Refused::new(HelloStatus::NoSuchExport, "no such export"))?;
         if let Some(ip) = ip {
             if !export.allows(ip) {
@@ -727,7 +776,7 @@ impl Target {
     /// error another connection's Flush (one still running past the shutdown timeout) should
     /// report: it takes its place among them (`export::Syncs`).
     pub fn sync_all(&self) {
-        for e in self.exports.values().filter(|e| !e.read_only) {
+        for e in self.exports().iter().filter(|e| !e.read_only) {
             let sync = e.sync_begin();
             let r = e.backing.sync();
             sync.end(

@@ -2,13 +2,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rdmadisk_net::allow::AllowList;
 use rdmadisk_proto::auth::Secret;
 
 use crate::backing::{Backing, Geometry};
+use crate::registry::{ClientTotals, Counters};
 use crate::wake::{Waiters, Wake};
 
 /// One export.
@@ -18,8 +19,8 @@ pub struct Export {
     pub backing: Box<dyn Backing>,
     pub geometry: Geometry,
     /// Clients allowed on this export (besides the target-wide list); `None`: any the
-    /// target admits.
-    pub allow: Option<AllowList>,
+    /// target admits. A reload may change it ([`Export::set_allow`]).
+    allow: RwLock<Option<AllowList>>,
     /// A client must prove it knows this secret before anything is served (unless its host
     /// has a key of its own, which it proves instead).
     pub secret: Option<Secret>,
@@ -38,6 +39,11 @@ pub struct Export {
     /// for them ([`SyncToken`]).
     syncs: Mutex<Syncs>,
     settle_waiters: Waiters,
+    /// Its requests, all connections together; and its clients', by address.
+    pub counters: Arc<Counters>,
+    pub client_totals: Arc<ClientTotals>,
+    /// A reload removed it: its connections end.
+    retired: AtomicBool,
 }
 
 /// Flushes and FUA writes begun on an export and not yet ended, by sequence number.
@@ -136,7 +142,7 @@ impl Export {
             read_only,
             backing,
             geometry,
-            allow,
+            allow: RwLock::new(allow),
             secret,
             insecure,
             exclusive,
@@ -144,7 +150,24 @@ impl Export {
             error: AtomicI32::new(0),
             syncs: Mutex::new(Syncs::default()),
             settle_waiters: Waiters::default(),
+            counters: Arc::default(),
+            client_totals: Arc::default(),
+            retired: AtomicBool::new(false),
         }
+    }
+
+    /// A reload removed it: no new connection finds it, and those it has end.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::SeqCst);
+    }
+
+    pub fn retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
+
+    /// Replaces its allow-list (a reload).
+    pub fn set_allow(&self, allow: Option<AllowList>) {
+        *self.allow.write().unwrap_or_else(PoisonError::into_inner) = allow;
     }
 
     /// The name, as the fence table keys it.
@@ -159,7 +182,11 @@ impl Export {
 
     /// Whether this export lets `ip` in (its own list; the target's is checked apart).
     pub fn allows(&self, ip: IpAddr) -> bool {
-        self.allow.as_ref().is_none_or(|a| a.allows(ip))
+        self.allow
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_none_or(|a| a.allows(ip))
     }
 
     /// Takes the export for a read-write connection from `host` (exclusive exports admit one

@@ -6,12 +6,16 @@
 //! each with many requests in flight through its io_uring (docs/design.md, "The target").
 //! SIGTERM/SIGINT: stop accepting, finish in-flight requests (bounded by the shutdown
 //! timeout), fsync exports, print the counters, exit. SIGUSR1: print the counters (and rewrite
-//! `--stats-file`).
+//! `--stats-file`). SIGHUP: read the configuration file again and apply what can change live
+//! (`reload.rs`).
 //!
 //! `--check-config` checks the configuration and the exports without serving (`check.rs`);
 //! `rdmadisk-target stats` prints a running target's counters from its stats file
-//! (`stats_cmd.rs`). Under systemd (`Type=notify`) the target says when it is ready and when
-//! it stops (`notify.rs`).
+//! (`stats_cmd.rs`); `rdmadisk-target clients` lists who is attached, asking the target's
+//! control socket (`control.rs`, `registry.rs`). Prometheus metrics: `metrics.rs`. Under
+//! systemd (`Type=notify`) the target says when it is ready, which transports are up, and
+//! when it stops (`notify.rs`). Without an RDMA device at start it serves TCP and keeps
+//! trying to listen on RDMA.
 
 mod backing;
 #[cfg(feature = "rbd")]
@@ -19,15 +23,19 @@ mod backing_rbd;
 mod check;
 mod config;
 mod conn;
+mod control;
 mod engine;
 mod export;
 mod fence_table;
 mod hostile;
 mod logging;
+mod metrics;
 mod notify;
 mod pool;
 #[cfg(feature = "rdma")]
 mod rdma;
+mod registry;
+mod reload;
 mod ring;
 mod stats;
 mod stats_cmd;
@@ -48,9 +56,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rdmadisk_net::allow::AllowList;
-use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
-use config::{Args, Command, Config};
+use config::{Args, Command, Config, ExportSpec};
 use engine::{Limits, Target};
 use export::Export;
 use pool::{Budget, Pool};
@@ -60,6 +68,10 @@ fn main() -> ExitCode {
     if let Some(Command::Stats(a)) = &args.command {
         logging::init(log::LevelFilter::Warn);
         return stats_cmd::run(a);
+    }
+    if let Some(Command::Clients(a)) = &args.command {
+        logging::init(log::LevelFilter::Warn);
+        return control::run(a);
     }
     if args.check_config {
         return check_config(&args);
@@ -76,7 +88,7 @@ fn main() -> ExitCode {
         }
     };
     logging::init(cfg.log_level);
-    match run(cfg) {
+    match run(cfg, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");
@@ -155,9 +167,16 @@ fn hostile_warning(l: &Limits) -> String {
 }
 
 fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
-    let mut out = Vec::new();
-    for e in &cfg.exports {
-        let b = backing::open(e, cfg.direct)
+    cfg.exports
+        .iter()
+        .map(|e| open_export(e, cfg.direct))
+        .collect()
+}
+
+/// Opens one export to serve (at start, or added by a reload), saying so.
+pub(crate) fn open_export(e: &ExportSpec, direct: bool) -> Result<Export, String> {
+    {
+        let b = backing::open(e, direct)
             .map_err(|err| format!("export {}: {}: {err}", e.name, e.path.display()))?;
         let allow = if e.allow.is_empty() {
             None
@@ -197,7 +216,7 @@ fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
         if g.capacity == 0 {
             return Err(format!("export {}: {} is empty", e.name, e.path.display()));
         }
-        out.push(Export::new(
+        Ok(Export::new(
             &e.name,
             b,
             e.read_only,
@@ -205,12 +224,68 @@ fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
             e.secret.clone(),
             e.insecure,
             e.exclusive,
-        ));
+        ))
     }
-    Ok(out)
 }
 
-fn run(cfg: Config) -> Result<(), String> {
+/// Brings the target's gauges up to date (before the stats file or the metrics are written).
+pub(crate) fn refresh_gauges(t: &Target) {
+    let (used, peak) = t.budget.used();
+    stats::Stats::set(&t.stats.buffer_bytes, used as u64);
+    stats::Stats::set(&t.stats.buffer_bytes_peak, peak as u64);
+    stats::Stats::set(&t.stats.connection_buffer_bytes, t.budget.fixed() as u64);
+    stats::Stats::set(&t.stats.buffers_made, t.budget.made());
+    stats::Stats::set(&t.stats.fences, t.fences.len() as u64);
+}
+
+/// What the service manager is told the target does.
+fn status(cfg: &Config, up: &metrics::Up) -> String {
+    format!(
+        "STATUS=serving {} export(s) over {}",
+        cfg.exports.len(),
+        up.describe(cfg.rdma_port.is_some())
+    )
+}
+
+/// Listens on RDMA at `addr` once it can: every second until the target stops. An RDMA
+/// device (soft-RoCE's, or a NIC whose driver loads late) may come after the target.
+#[cfg(feature = "rdma")]
+fn rdma_retry(
+    t: Arc<Target>,
+    budget: Arc<Budget>,
+    addr: SocketAddr,
+    up: Arc<metrics::Up>,
+    exports: usize,
+) {
+    let mut last = String::new();
+    while !t.stopping() {
+        match rdma::Listener::bind(addr) {
+            Ok(l) => {
+                up.rdma.store(true, Ordering::Relaxed);
+                say(&format!(
+                    "rdma listening on {addr} (the RDMA device came); serving {}",
+                    up.describe(true)
+                ));
+                notify::notify(&format!(
+                    "STATUS=serving {exports} export(s) over {}",
+                    up.describe(true)
+                ));
+                l.serve(t, budget);
+                return;
+            }
+            Err(e) => {
+                let now = e.to_string();
+                if now != last {
+                    log::info!("rdma: still cannot listen on {addr} ({now}); trying every second");
+                    last = now;
+                }
+            }
+        }
+        let _ = wake::readable(&[t.stop_fd()], Some(Duration::from_secs(1)));
+    }
+}
+
+fn run(mut cfg: Config, args: &Args) -> Result<(), String> {
     let allow = AllowList::parse(&cfg.allow).map_err(|e| e.to_string())?;
     let exports = open_exports(&cfg)?;
     let limits = Limits {
@@ -271,7 +346,7 @@ fn run(cfg: Config) -> Result<(), String> {
     ));
 
     // Signals first, so a SIGTERM during start-up is not lost.
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGUSR1])
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGUSR1, SIGHUP])
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     // The same signals also write a byte here, so that the loop below sleeps until a signal
     // or its next stats write, not a tick at a time.
@@ -280,7 +355,7 @@ fn run(cfg: Config) -> Result<(), String> {
     sig_rx
         .set_nonblocking(true)
         .map_err(|e| format!("cannot make a signal pipe: {e}"))?;
-    for sig in [SIGTERM, SIGINT, SIGUSR1] {
+    for sig in [SIGTERM, SIGINT, SIGUSR1, SIGHUP] {
         let tx = sig_tx
             .try_clone()
             .map_err(|e| format!("cannot make a signal pipe: {e}"))?;
@@ -288,12 +363,14 @@ fn run(cfg: Config) -> Result<(), String> {
             .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     }
 
+    let up = Arc::new(metrics::Up::default());
     let mut workers = Vec::new();
     if let Some(port) = cfg.tcp_port {
         let listener = TcpListener::bind(SocketAddr::new(cfg.listen, port))
             .map_err(|e| format!("tcp: cannot listen on {}:{port}: {e}", cfg.listen))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         say(&format!("tcp listening on {local}"));
+        up.tcp.store(true, Ordering::Relaxed);
         let t = target.clone();
         let pool = Pool::plain(cfg.max_io_bytes as usize, &budget);
         workers.push(
@@ -314,6 +391,7 @@ fn run(cfg: Config) -> Result<(), String> {
             match rdma::Listener::bind(addr) {
                 Ok(l) => {
                     say(&format!("rdma listening on {addr}"));
+                    up.rdma.store(true, Ordering::Relaxed);
                     let t = target.clone();
                     let b = budget.clone();
                     workers.push(
@@ -323,9 +401,23 @@ fn run(cfg: Config) -> Result<(), String> {
                             .map_err(|e| e.to_string())?,
                     );
                 }
-                Err(e) if cfg.tcp_port.is_some() => say(&format!(
-                    "rdma unavailable on {addr} ({e}); serving TCP only"
-                )),
+                Err(e) if cfg.tcp_port.is_some() => {
+                    say(&format!(
+                        "rdma unavailable on {addr} ({e}); serving TCP, and trying RDMA every second"
+                    ));
+                    let (t, b, u, n) = (
+                        target.clone(),
+                        budget.clone(),
+                        up.clone(),
+                        cfg.exports.len(),
+                    );
+                    workers.push(
+                        thread::Builder::new()
+                            .name("rdma-retry".into())
+                            .spawn(move || rdma_retry(t, b, addr, u, n))
+                            .map_err(|e| e.to_string())?,
+                    );
+                }
                 Err(e) => return Err(format!("rdma: cannot listen on {addr}: {e}")),
             }
         }
@@ -340,31 +432,73 @@ fn run(cfg: Config) -> Result<(), String> {
         }
     }
 
+    // The control socket: the configured one, else the default where its directory is.
+    let control = cfg.control_socket.clone().or_else(|| {
+        let p = std::path::PathBuf::from(config::DEFAULT_CONTROL_SOCKET);
+        p.parent().is_some_and(|d| d.is_dir()).then_some(p)
+    });
+    if let Some(p) = control {
+        match control::bind(&p) {
+            Ok(l) => {
+                say(&format!("control socket {}", p.display()));
+                let t = target.clone();
+                workers.push(
+                    thread::Builder::new()
+                        .name("control".into())
+                        .spawn(move || control::serve(t, l, p))
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            Err(e) => log::warn!(
+                "control socket {}: {e}; `rdmadisk-target clients` cannot ask this target",
+                p.display()
+            ),
+        }
+    }
+    if let Some(addr) = cfg.metrics_listen {
+        let l = TcpListener::bind(addr)
+            .map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
+        say(&format!(
+            "metrics (Prometheus) on http://{}/metrics",
+            l.local_addr().map_err(|e| e.to_string())?
+        ));
+        let (t, u) = (target.clone(), up.clone());
+        workers.push(
+            thread::Builder::new()
+                .name("metrics".into())
+                .spawn(move || metrics::serve(t, u, l))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+
     let mut last_write = Instant::now();
-    let write_stats = |t: &Target| {
+    let write_stats = |t: &Target, cfg: &Config| {
+        refresh_gauges(t);
         if let Some(p) = &cfg.stats_file {
-            let (used, peak) = t.budget.used();
-            stats::Stats::set(&t.stats.buffer_bytes, used as u64);
-            stats::Stats::set(&t.stats.buffer_bytes_peak, peak as u64);
-            stats::Stats::set(&t.stats.connection_buffer_bytes, t.budget.fixed() as u64);
-            stats::Stats::set(&t.stats.buffers_made, t.budget.made());
-            stats::Stats::set(&t.stats.fences, t.fences.len() as u64);
             if let Err(e) = t.stats.write_file(p) {
                 log::warn!("cannot write {}: {e}", p.display());
             }
         }
+        if let Some(p) = &cfg.metrics_file {
+            if let Err(e) = metrics::write_file(t, &up, p) {
+                log::warn!("cannot write {}: {e}", p.display());
+            }
+        }
     };
-    write_stats(&target);
-    notify::notify(&format!(
-        "READY=1\nSTATUS=serving {} export(s)",
-        cfg.exports.len()
-    ));
+    write_stats(&target, &cfg);
+    say(&format!("serving {}", up.describe(cfg.rdma_port.is_some())));
+    notify::notify(&format!("READY=1\n{}", status(&cfg, &up)));
     while !target.stopping() {
         for sig in signals.pending() {
             match sig {
                 SIGUSR1 => {
                     logging::out(&target.stats.render());
-                    write_stats(&target);
+                    write_stats(&target, &cfg);
+                }
+                SIGHUP => {
+                    notify::notify("RELOADING=1");
+                    cfg = reload(&target, cfg, args);
+                    notify::notify(&format!("READY=1\n{}", status(&cfg, &up)));
                 }
                 _ => {
                     say("shutting down: no new connections; finishing in-flight requests");
@@ -374,7 +508,7 @@ fn run(cfg: Config) -> Result<(), String> {
             }
         }
         if last_write.elapsed() >= Duration::from_secs(1) {
-            write_stats(&target);
+            write_stats(&target, &cfg);
             logging::flush_dropped();
             last_write = Instant::now();
         }
@@ -411,6 +545,47 @@ fn run(cfg: Config) -> Result<(), String> {
         log::error!("the final fsync did not finish within 30 s; exiting without it");
     }
     logging::out(&target.stats.render());
-    write_stats(&target);
+    write_stats(&target, &cfg);
     Ok(())
+}
+
+/// SIGHUP: the configuration in force afterwards (the old one if the new one is refused).
+fn reload(t: &Target, cfg: Config, args: &Args) -> Config {
+    let Some(file) = &args.config else {
+        log::warn!("reload (SIGHUP): the target was started without --config: nothing to read");
+        return cfg;
+    };
+    say(&format!("reload (SIGHUP): reading {}", file.display()));
+    let new = match Config::load(args) {
+        Ok(c) => c,
+        Err(problems) => {
+            for p in &problems.0 {
+                log::error!("reload: {p}");
+            }
+            log::error!(
+                "reload: {} refused ({} problem(s)); the running configuration stays",
+                file.display(),
+                problems.0.len()
+            );
+            return cfg;
+        }
+    };
+    match reload::apply(t, &cfg, &new) {
+        Ok(c) => {
+            say(&format!(
+                "reload done: serving {} export(s): {}",
+                c.exports.len(),
+                c.exports
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            c
+        }
+        Err(e) => {
+            log::error!("reload: {e}; nothing applied, the running configuration stays");
+            cfg
+        }
+    }
 }

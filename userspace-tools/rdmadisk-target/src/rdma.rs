@@ -485,7 +485,7 @@ fn setup(
         Err(e) => return fail(id, e.to_string()),
     };
     let challenge = a.challenge;
-    let core = match Core::new(
+    let mut core = match Core::new(
         t.clone(),
         a.export,
         a.fence,
@@ -506,6 +506,16 @@ fn setup(
         core.export.name, hello.queue_id, hello.queue_count, hello.recv_credits, hello.session_id, hello.epoch, dev.vectors.max(1)
     );
     Stats::inc(&t.stats.rdma_connections);
+    core.register(crate::registry::Attach {
+        export: &core.export.name.clone(),
+        peer: peer_addr,
+        transport: crate::registry::Transport::Rdma,
+        session: hello.session_id,
+        epoch: hello.epoch,
+        queue: hello.queue_id,
+        queues: hello.queue_count,
+        read_write: core.writes,
+    });
     Ok(Conn {
         id,
         core,
@@ -728,10 +738,10 @@ impl Conn {
                 break None;
             }
             let now = Instant::now();
-            if t.stopping() {
+            if self.core.leaving() {
                 let at = *stop_at.get_or_insert(now + t.limits.shutdown_timeout);
                 if self.core.working() == 0 {
-                    break None;
+                    break self.core.evicted();
                 }
                 if now >= at {
                     break Some("still busy at the end of the shutdown timeout".to_string());
@@ -789,7 +799,11 @@ impl Conn {
         if !events.is_empty() {
             log::warn!("rdma: {}: async events: {}", self.peer, events.join(", "));
         }
+        let evicted = self.core.evicted();
         match &self.broken {
+            Some(why) if evicted.as_ref() == Some(why) => {
+                log::info!("rdma: {}: {why}; disconnecting it", self.peer);
+            }
             Some(why) => {
                 log::warn!("rdma: {}: {why}; resetting this connection", self.peer);
                 if self.hostile_reset {
@@ -826,7 +840,7 @@ impl Conn {
             || self.waiting_since.is_some()
             || self.auth.is_some()
             || self.gone()
-            || t.stopping()
+            || self.core.leaving()
             || self.shared.wake.is_none()
             || t.starved()
         {
@@ -1012,7 +1026,7 @@ impl Conn {
             || self.core.t.starved()
             || !self.core.to_fetch.is_empty()
             || !self.core.to_answer.is_empty()
-            || self.core.t.stopping()
+            || self.core.leaving()
             || self.denied.is_some()
             || !self.late_rkeys.is_empty()
             || self.spare_free.len() < SPARE
@@ -1138,7 +1152,7 @@ impl Conn {
             return;
         }
         self.resp_credits.grant(req.credits);
-        if self.core.t.stopping() {
+        if self.core.leaving() {
             // Shutting down: nothing new is started (the receive is not reposted either).
             return;
         }

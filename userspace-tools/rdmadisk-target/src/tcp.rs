@@ -278,13 +278,23 @@ fn connection(
         hello.epoch
     );
     let credits = usize::from(t.limits.credits);
-    let core = match Core::new(t.clone(), a.export, a.fence, a.writes, pool, 2 * credits) {
+    let mut core = match Core::new(t.clone(), a.export, a.fence, a.writes, pool, 2 * credits) {
         Ok(c) => c,
         Err(e) => {
             log::error!("tcp {peer}: cannot set up the connection's ring: {e}");
             return;
         }
     };
+    core.register(crate::registry::Attach {
+        export: &core.export.name.clone(),
+        peer: Some(peer),
+        transport: crate::registry::Transport::Tcp,
+        session: hello.session_id,
+        epoch: hello.epoch,
+        queue: hello.queue_id,
+        queues: hello.queue_count,
+        read_write: core.writes,
+    });
     let mut c = Conn {
         core,
         staging: vec![0u8; TCP_STAGING],
@@ -451,10 +461,13 @@ impl Conn {
             }
             // Deadlines.
             let now = Instant::now();
-            if t.stopping() {
+            if self.core.leaving() {
                 let at = *stop_at.get_or_insert(now + t.limits.shutdown_timeout);
                 if self.core.working() == 0 && self.sending.is_none() && self.out.is_empty() {
-                    return End::Closed;
+                    return match self.core.evicted() {
+                        Some(why) => End::Ended(why),
+                        None => End::Closed,
+                    };
                 }
                 if now >= at {
                     return End::Ended("still busy at the end of the shutdown timeout".into());
@@ -498,7 +511,7 @@ impl Conn {
             // backing I/O has news (its receive is always on the ring).
             let wait = if owes
                 || matches!(self.parse, Parse::NeedBuf { .. })
-                || t.stopping()
+                || self.core.leaving()
                 || self.core.busy() > 0
                 || self.sending.is_some()
                 || !self.out.is_empty()
@@ -526,7 +539,7 @@ impl Conn {
                 && !t.starved()
                 && self.closing.is_none()
                 && !self.eof
-                && !t.stopping();
+                && !self.core.leaving();
             if let Err(e) = self
                 .core
                 .turn_for(Some(wait), 1 + usize::from(quiet), &mut other)
@@ -590,7 +603,7 @@ impl Conn {
 
     /// Whether the parser can use more bytes now.
     fn wants_bytes(&self) -> bool {
-        !matches!(self.parse, Parse::NeedBuf { .. }) && !self.core.t.stopping()
+        !matches!(self.parse, Parse::NeedBuf { .. }) && !self.core.leaving()
     }
 
     fn received(&mut self, d: Done) {
@@ -617,7 +630,7 @@ impl Conn {
             let avail = self.end - self.start;
             match &mut self.parse {
                 Parse::Head => {
-                    if avail < FRAME_HEADER_LEN || self.core.t.stopping() {
+                    if avail < FRAME_HEADER_LEN || self.core.leaving() {
                         return Ok(());
                     }
                     // The header alone says whether this is a frame at all: garbage resets the
