@@ -84,7 +84,7 @@ fails() { # fails OPTIONS BUDGET-SECONDS DESCRIPTION
   printf '%s\n' "$out" | grep -v '^---' | indent
 }
 fails "name=m1 addr=192.0.2.99 export=vol0" 15 "unreachable target 192.0.2.99"
-fails "name=m1 addr=$DK_S port=7799 tcp_port=7798 export=vol0" 15 "no listener on port 7799 nor on TCP 7798"
+fails "name=m1 addr=$DK_S port=7799 tcp_port=7798 export=vol9" 15 "no listener on port 7799 nor on TCP 7798"
 fails "name=m1 addr=$DK_S export=nosuch" 15 "unknown export nosuch"
 
 # 6. unmap: a bad word, an open disk (EBUSY), then normal on the idle disk.

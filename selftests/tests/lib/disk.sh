@@ -101,13 +101,15 @@ tstop() {
 }
 
 dk_target_start() { # dk_target_start ARGS...: (re)starts the target with ARGS (--export ... etc.)
+  local up='rdma listening'
+  [[ " $* " == *" --no-rdma "* ]] && up='tcp listening'
   on storage "$(_dk_tstop)
 tstop >/dev/null
 rm -f $DK_STATS $DK_TLOG
 setsid $DK_TARGET --listen $DK_S --rdma-port $DK_PORT --tcp-port $DK_TCP_PORT --allow $TB_COMPUTE_ADDR \
   --stats-file $DK_STATS $* >$DK_TLOG 2>&1 </dev/null &
 echo \$! >$DK_TPID
-for ((i = 0; i < 100; i++)); do has $DK_TLOG 'rdma listening' && exit 0; pause 0.2; done
+for ((i = 0; i < 100; i++)); do has $DK_TLOG '$up' && exit 0; pause 0.2; done
 show $DK_TLOG; exit 1"
 }
 

@@ -296,6 +296,17 @@ pub enum Command {
     Stats(StatsArgs),
     /// List the clients attached to a running target (asks its control socket).
     Clients(ClientsArgs),
+    /// Print a shell completion script (make install installs them).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write every page to a directory.
+    Man {
+        /// Write rdmadisk-target.1 and one rdmadisk-target-COMMAND.1 per command into DIR.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// `rdmadisk-target clients`.

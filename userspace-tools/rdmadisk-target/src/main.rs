@@ -73,6 +73,25 @@ fn main() -> ExitCode {
         logging::init(log::LevelFilter::Warn);
         return control::run(a);
     }
+    if let Some(Command::Completions { shell }) = &args.command {
+        let mut cmd = <Args as clap::CommandFactory>::command();
+        clap_complete::generate(*shell, &mut cmd, "rdmadisk-target", &mut std::io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    if let Some(Command::Man { dir }) = &args.command {
+        let cmd = <Args as clap::CommandFactory>::command().disable_help_subcommand(true);
+        let r = match dir {
+            Some(d) => clap_mangen::generate_to(cmd, d),
+            None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout()),
+        };
+        return match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rdmadisk-target: cannot write the man page: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.check_config {
         return check_config(&args);
     }
