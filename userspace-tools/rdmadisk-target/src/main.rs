@@ -23,6 +23,7 @@ mod engine;
 mod export;
 mod fence_table;
 mod hostile;
+mod identity;
 mod logging;
 mod notify;
 mod pool;
@@ -197,15 +198,27 @@ fn open_exports(cfg: &Config) -> Result<Vec<Export>, String> {
         if g.capacity == 0 {
             return Err(format!("export {}: {} is empty", e.name, e.path.display()));
         }
-        out.push(Export::new(
-            &e.name,
-            b,
-            e.read_only,
-            allow,
-            e.secret.clone(),
-            e.insecure,
-            e.exclusive,
+        let block_device = e.rbd.is_none()
+            && std::fs::metadata(&e.path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()));
+        let (id, from) = identity::resolve(e, block_device)
+            .map_err(|err| format!("export {}: {err}", e.name))?;
+        say(&format!(
+            "export {}: uuid {} ({from}), serial {}",
+            e.name, id.uuid, id.serial
         ));
+        out.push(
+            Export::new(
+                &e.name,
+                b,
+                e.read_only,
+                allow,
+                e.secret.clone(),
+                e.insecure,
+                e.exclusive,
+            )
+            .with_identity(id),
+        );
     }
     Ok(out)
 }
