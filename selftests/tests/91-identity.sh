@@ -37,7 +37,7 @@ udev_stop() { on compute "udevadm control --exit 2>/dev/null; rm -f /run/udev/ru
 fail_out() { udev_stop; dk_cleanup; return 0 2>/dev/null || exit 0; }
 
 out=$(on compute "mkdir -p /run/udev/rules.d && cp $RULES /run/udev/rules.d/ &&
-/lib/systemd/systemd-udevd --daemon && udevadm settle -t 30 && pgrep -x systemd-udevd" 2>&1)
+/lib/systemd/systemd-udevd --daemon </dev/null >/dev/null 2>&1 && udevadm settle -t 30 && pgrep -x systemd-udevd" 2>&1)
 res $? "systemd-udevd runs in the compute VM with the shipped rule (pid $(tail -n1 <<<"$out"))" || fail_out
 
 dk_target_start "${targs[@]}" >/dev/null && dk_load && dk_map_disk d91a vol0
@@ -75,6 +75,7 @@ devC=$DK_DEV
 dk_map_disk d91b vol0
 res $? "map vol0 again: /dev/${DK_DEV:-?}" || fail_out
 devB=$DK_DEV
+tr_set "$devB" loss_timeout_s=300 >/dev/null
 idB=$(ident "$devB")
 [ "$devB" != "$devA" ] && [ "$idB" = "$id" ]
 res $? "vol0 now at /dev/$devB (was /dev/$devA) shows the same identity: $idB"
