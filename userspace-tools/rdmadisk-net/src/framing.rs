@@ -280,6 +280,43 @@ mod tests {
     }
 
     #[test]
+    fn hello_reply_carries_its_identity_as_data() {
+        use rdmadisk_proto::wire::{HelloStatus, Identity, Serial, Uuid};
+        let id = Identity {
+            uuid: Uuid::parse("0123abcd-4567-89ef-0011-223344556677").unwrap(),
+            serial: Serial::new(b"SN1").unwrap(),
+        };
+        let reply = HelloReply {
+            identity: Some(id),
+            ..HelloReply::rejected(HelloStatus::Ok)
+        };
+        let mut v = Vec::new();
+        write_hello_reply(&mut v, &reply).unwrap();
+        assert_eq!(v.len(), FRAME_HEADER_LEN + HELLO_REPLY_MAX_LEN);
+        assert_eq!(&v[4..8], &(IDENTITY_LEN as u32).to_le_bytes());
+        match read_frame(&mut &v[..], 0).unwrap() {
+            Frame::HelloReply(r) => assert_eq!(r.identity, Some(id)),
+            f => panic!("{f:?}"),
+        }
+        // Without one: no data, as an older client wants.
+        let mut plain = Vec::new();
+        write_hello_reply(&mut plain, &HelloReply::rejected(HelloStatus::Ok)).unwrap();
+        assert_eq!(plain.len(), FRAME_HEADER_LEN + HELLO_REPLY_LEN);
+        // Data that the reply does not announce, or an announced identity without its data.
+        let mut bad = plain.clone();
+        bad[4..8].copy_from_slice(&(IDENTITY_LEN as u32).to_le_bytes());
+        bad.extend_from_slice(&[0; IDENTITY_LEN]);
+        assert!(matches!(
+            read_frame(&mut &bad[..], 0),
+            Err(FrameError::Malformed(_))
+        ));
+        let mut bad = v.clone();
+        bad[4..8].copy_from_slice(&0u32.to_le_bytes());
+        bad.truncate(FRAME_HEADER_LEN + HELLO_REPLY_LEN);
+        assert!(read_frame(&mut &bad[..], 0).is_err());
+    }
+
+    #[test]
     fn rejects_garbage_and_oversize() {
         let mut r = &b"GARBAGE!GARBAGE!"[..];
         assert!(matches!(
