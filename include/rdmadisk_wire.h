@@ -67,10 +67,14 @@
 #define RDMADISK_FEAT_READ_ONLY                  0x10U
 #define RDMADISK_FEAT_AUTH                       0x20U
 #define RDMADISK_FEAT_RESIZE                     0x40U
+#define RDMADISK_FEAT_IDENTITY                   0x100U
 
 /* Hello flags (hello.flags) */
 #define RDMADISK_HELLO_READ_ONLY                 0x1U
 #define RDMADISK_HELLO_NEW_SESSION               0x2U
+
+/* Hello caps (hello.caps) */
+#define RDMADISK_HELLO_CAP_IDENTITY              0x1U
 #define RDMADISK_CHALLENGE_LEN                   16
 
 /* TCP frame kinds (frame_header.kind) */
@@ -88,7 +92,7 @@
 #define RDMADISK_HELLO_OFF_QUEUE_ID              8
 #define RDMADISK_HELLO_OFF_QUEUE_COUNT           10
 #define RDMADISK_HELLO_OFF_RECV_CREDITS          12
-#define RDMADISK_HELLO_OFF_RESERVED              14
+#define RDMADISK_HELLO_OFF_CAPS                  14
 #define RDMADISK_HELLO_OFF_SESSION_ID            16
 #define RDMADISK_HELLO_OFF_EPOCH                 20
 #define RDMADISK_HELLO_OFF_EXPORT_NAME           24
@@ -100,7 +104,7 @@ struct rdmadisk_hello {
 	__le16 queue_id;
 	__le16 queue_count;
 	__le16 recv_credits;
-	__le16 reserved;
+	__le16 caps;
 	__le32 session_id;
 	__le32 epoch;
 	__u8 export_name[32];
@@ -112,7 +116,7 @@ _Static_assert(offsetof(struct rdmadisk_hello, flags) == RDMADISK_HELLO_OFF_FLAG
 _Static_assert(offsetof(struct rdmadisk_hello, queue_id) == RDMADISK_HELLO_OFF_QUEUE_ID, "rdmadisk_hello.queue_id");
 _Static_assert(offsetof(struct rdmadisk_hello, queue_count) == RDMADISK_HELLO_OFF_QUEUE_COUNT, "rdmadisk_hello.queue_count");
 _Static_assert(offsetof(struct rdmadisk_hello, recv_credits) == RDMADISK_HELLO_OFF_RECV_CREDITS, "rdmadisk_hello.recv_credits");
-_Static_assert(offsetof(struct rdmadisk_hello, reserved) == RDMADISK_HELLO_OFF_RESERVED, "rdmadisk_hello.reserved");
+_Static_assert(offsetof(struct rdmadisk_hello, caps) == RDMADISK_HELLO_OFF_CAPS, "rdmadisk_hello.caps");
 _Static_assert(offsetof(struct rdmadisk_hello, session_id) == RDMADISK_HELLO_OFF_SESSION_ID, "rdmadisk_hello.session_id");
 _Static_assert(offsetof(struct rdmadisk_hello, epoch) == RDMADISK_HELLO_OFF_EPOCH, "rdmadisk_hello.epoch");
 _Static_assert(offsetof(struct rdmadisk_hello, export_name) == RDMADISK_HELLO_OFF_EXPORT_NAME, "rdmadisk_hello.export_name");
@@ -173,6 +177,21 @@ _Static_assert(offsetof(struct rdmadisk_hello_reply, challenge) == RDMADISK_HELL
 _Static_assert(offsetof(struct rdmadisk_hello_reply, max_inline) == RDMADISK_HELLO_REPLY_OFF_MAX_INLINE, "rdmadisk_hello_reply.max_inline");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, session_floor) == RDMADISK_HELLO_REPLY_OFF_SESSION_FLOOR, "rdmadisk_hello_reply.session_floor");
 _Static_assert(offsetof(struct rdmadisk_hello_reply, reserved1) == RDMADISK_HELLO_REPLY_OFF_RESERVED1, "rdmadisk_hello_reply.reserved1");
+
+#define RDMADISK_IDENTITY_LEN                    40
+#define RDMADISK_IDENTITY_OFF_UUID               0
+#define RDMADISK_IDENTITY_OFF_SERIAL             16
+#define RDMADISK_IDENTITY_OFF_RESERVED           36
+
+struct rdmadisk_identity {
+	__u8 uuid[16];
+	__u8 serial[20];
+	__u8 reserved[4];
+};
+_Static_assert(sizeof(struct rdmadisk_identity) == RDMADISK_IDENTITY_LEN, "rdmadisk_identity size");
+_Static_assert(offsetof(struct rdmadisk_identity, uuid) == RDMADISK_IDENTITY_OFF_UUID, "rdmadisk_identity.uuid");
+_Static_assert(offsetof(struct rdmadisk_identity, serial) == RDMADISK_IDENTITY_OFF_SERIAL, "rdmadisk_identity.serial");
+_Static_assert(offsetof(struct rdmadisk_identity, reserved) == RDMADISK_IDENTITY_OFF_RESERVED, "rdmadisk_identity.reserved");
 
 #define RDMADISK_REQUEST_LEN                     48
 #define RDMADISK_REQUEST_OFF_OPCODE              0

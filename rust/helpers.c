@@ -168,6 +168,11 @@ struct kobject *rdmadisk_disk_kobj(struct gendisk *disk)
 	return &disk_to_dev(disk)->kobj;
 }
 
+struct gendisk *rdmadisk_dev_to_disk(struct device *dev)
+{
+	return dev_to_disk(dev);
+}
+
 unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms)
 {
 	return msecs_to_jiffies(ms);

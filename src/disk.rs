@@ -27,7 +27,7 @@ use kernel::{
 
 use crate::faults::Faults;
 use crate::host::{now_ms, ConnId, DiskInfo, DiskRq, Knobs, Pdu, QueueHost};
-use crate::kapi::blk_mq::{BlkStatus, Disk, Driver, HwQueue, RqRef, TimeoutAction};
+use crate::kapi::blk_mq::{BlkStatus, DevAttr, Disk, Driver, HwQueue, RqRef, TimeoutAction};
 use crate::kapi::debugfs;
 use crate::kapi::verbs::DeviceId;
 use crate::kapi::work::{self, ReclaimQueue};
@@ -657,6 +657,10 @@ impl QueueHost for DiskDev {
 
 impl Driver for DiskDev {
     type Pdu = Pdu;
+
+    fn dev_attrs() -> &'static [&'static DevAttr<Self>] {
+        knobs::DEV_ATTRS
+    }
 
     fn new_pdu() -> Pdu {
         Pdu::new()

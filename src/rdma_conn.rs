@@ -26,7 +26,7 @@ use crate::kapi::frwr::{MrEvent, MrOwner};
 use crate::kapi::rdma_cm::{CmEvent, CmHandler, CmId, ConnParams, QpCaps, REJ_NO_LISTENER};
 use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
 use crate::proto::auth::Endpoint;
-use crate::proto::wire::{ExportName, Hello, HelloReply, HelloStatus};
+use crate::proto::wire::{hello_caps, ExportName, Hello, HelloReply, HelloStatus};
 
 /// Address and route resolution each; shorter than any budget so that an unreachable host is
 /// reported as such rather than as the budget running out.
@@ -309,6 +309,7 @@ impl ConnSpec<'_> {
             queue_id: self.queue_id,
             queue_count: self.queue_count,
             recv_credits,
+            caps: hello_caps::IDENTITY,
             session_id: self.session_id,
             epoch: self.epoch,
             export: self.export,

@@ -45,9 +45,9 @@ use crate::proto::credits::CreditSender;
 use crate::proto::policy::Transport;
 use crate::proto::tags::Tags;
 use crate::proto::wire::{
-    AuthReply, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, ReqId, Request,
-    Response, Status, AUTH_REPLY_LEN, AUTH_REQUEST_LEN, FRAME_HEADER_LEN, HELLO_LEN,
-    HELLO_REPLY_LEN, REQUEST_LEN, RESPONSE_LEN,
+    hello_caps, AuthReply, FrameHeader, FrameKind, Hello, HelloReply, HelloStatus, Opcode, ReqId,
+    Request, Response, Status, AUTH_REPLY_LEN, AUTH_REQUEST_LEN, FRAME_HEADER_LEN, HELLO_LEN,
+    HELLO_REPLY_LEN, HELLO_REPLY_MAX_LEN, IDENTITY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 use crate::rdma_queue::QUEUE_DEPTH;
 use crate::stats::Stats;
@@ -272,6 +272,7 @@ fn hello_msg(d: &DiskInfo, id: ConnId) -> Hello {
         queue_id: id.qid,
         queue_count: d.nr_queues,
         recv_credits: QUEUE_DEPTH,
+        caps: hello_caps::IDENTITY,
         session_id: d.session(),
         epoch: id.epoch,
         export: d.export,
@@ -305,11 +306,24 @@ fn attach_as(d: &DiskInfo, id: ConnId, sock: &Socket, hello: Hello) -> Result<He
     let who = QueueName(d.name(), id.qid);
     let out: [u8; FRAME_HEADER_LEN + HELLO_LEN] = frame(FrameKind::Hello, &hello.to_bytes(), 0);
     sock.send(&out, false, false)?;
-    let mut buf = [0u8; FRAME_HEADER_LEN + HELLO_REPLY_LEN];
-    let n = sock.recv(&mut buf, true)?;
-    let parsed = match (n, FrameHeader::decode(&buf)) {
-        (n, Ok(h)) if n == buf.len() && h.kind == FrameKind::HelloReply && h.data_len == 0 => {
-            HelloReply::decode(&buf[FRAME_HEADER_LEN..]).ok()
+    let mut buf = [0u8; FRAME_HEADER_LEN + HELLO_REPLY_MAX_LEN];
+    let (head, tail) = buf.split_at_mut(FRAME_HEADER_LEN + HELLO_REPLY_LEN);
+    let n = sock.recv(head, true)?;
+    // The frame's data is the export's identity, when the reply has one (`features::IDENTITY`:
+    // asked for in the Hello's caps); `decode` checks that it is there when the reply says so.
+    let parsed = match (n, FrameHeader::decode(head)) {
+        (n, Ok(h))
+            if n == head.len()
+                && h.kind == FrameKind::HelloReply
+                && (h.data_len == 0 || h.data_len as usize == IDENTITY_LEN) =>
+        {
+            let more = h.data_len as usize;
+            if more > 0 && sock.recv(tail, true)? != more {
+                None
+            } else {
+                let len = HELLO_REPLY_LEN + more;
+                HelloReply::decode(&buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len]).ok()
+            }
         }
         _ => None,
     };
@@ -402,6 +416,7 @@ pub(crate) fn probe(d: &DiskInfo, path: u8, budget_ms: u32) -> Result {
         queue_id: 0,
         queue_count: 1,
         recv_credits: QUEUE_DEPTH,
+        caps: hello_caps::IDENTITY,
         session_id: 0,
         epoch: 0,
         export: d.export,

@@ -9,7 +9,15 @@ use core::{
     ptr::{self, NonNull},
     sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
 };
-use kernel::{ffi, page::PAGE_SIZE, prelude::*, str::CStr, sync::Arc, task::Task, types::Opaque};
+use kernel::{
+    ffi,
+    page::PAGE_SIZE,
+    prelude::*,
+    str::CStr,
+    sync::Arc,
+    task::Task,
+    types::{ForeignOwnable, Opaque},
+};
 
 use super::super::bindings as b;
 use super::super::sysfs::ShowBuf;
@@ -101,6 +109,64 @@ impl<D: Send + Sync + 'static> DiskAttr<D> {
     /// [`Disk`]: super::Disk
     pub(crate) const fn wo_self_remove(name: &'static CStr, store: StoreFn<D>) -> Self {
         Self::new(name, 0o200, None, Some(store), true)
+    }
+}
+
+/// A read-only attribute file of the disk's device itself, `/sys/block/<disk>/<name>`,
+/// created by `device_add_disk` with the device: it is there before the disk's add uevent,
+/// so udev rules can read it then (the `rdmadisk/` directory only follows the add). For what
+/// rules name devices by: the identity (docs/design.md, "Identity").
+#[repr(C)]
+pub(crate) struct DevAttr<D> {
+    // First, so that the `device_attribute` pointer sysfs passes is also the `DevAttr` pointer.
+    raw: b::device_attribute,
+    show: ShowFn<D>,
+}
+
+// SAFETY: After construction a `DevAttr` is immutable; the raw pointers in it point at
+// `'static` data (the name) and the callbacks are plain functions.
+unsafe impl<D> Sync for DevAttr<D> {}
+
+impl<D: Send + Sync + 'static> DevAttr<D> {
+    /// A read-only (0444) attribute.
+    pub(crate) const fn ro(name: &'static CStr, show: ShowFn<D>) -> Self {
+        // SAFETY: All-zero is a valid `device_attribute` (null name and callbacks, no lockdep
+        // key: static attributes need none).
+        let mut raw: b::device_attribute = unsafe { mem::zeroed() };
+        raw.attr.name = name.as_char_ptr();
+        raw.attr.mode = 0o444;
+        raw.show = Some(dev_attr_show::<D>);
+        Self { raw, show }
+    }
+
+    /// The attribute as a group's member.
+    pub(super) fn attr_ptr(&'static self) -> *mut b::attribute {
+        ptr::from_ref(&self.raw.attr).cast_mut()
+    }
+}
+
+unsafe extern "C" fn dev_attr_show<D: Send + Sync + 'static>(
+    dev: *mut b::device,
+    attr: *mut b::device_attribute,
+    buf: *mut ffi::c_char,
+) -> isize {
+    // SAFETY: Installed only in the groups `Disk::new` passes to `device_add_disk` for a disk
+    // of driver `D`, so `dev` is that disk's device, whose queue's `queuedata` is the tag set's
+    // `Arc<D>` (from `into_foreign`). It is released only after the tag set is freed, which
+    // comes after `del_gendisk` has removed these files and waited for their callbacks; and
+    // `attr` is a `DevAttr<D>` (`repr(C)`, `raw` first), a static.
+    let (attr, data) = unsafe {
+        let disk = b::rdmadisk_dev_to_disk(dev);
+        let borrowed = <Arc<D> as ForeignOwnable>::borrow((*(*disk).queue).queuedata);
+        let data: &D = &*ptr::from_ref::<D>(&*borrowed);
+        (&*attr.cast::<DevAttr<D>>(), data)
+    };
+    // SAFETY: sysfs hands `show` a zeroed buffer of one page, ours until we return.
+    let page = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), PAGE_SIZE) };
+    let mut out = ShowBuf::new(page);
+    match (attr.show)(data, &mut out) {
+        Ok(()) => out.len() as isize,
+        Err(e) => e.to_errno() as isize,
     }
 }
 

@@ -4,8 +4,9 @@
 //! requests.
 
 use core::{
-    marker::PhantomData,
+    marker::{PhantomData, PhantomPinned},
     mem,
+    pin::Pin,
     ptr::{self, NonNull},
     sync::atomic::{AtomicBool, Ordering},
 };
@@ -269,6 +270,51 @@ impl<D: Driver> Drop for TagSet<D> {
     }
 }
 
+/// Most [`Driver::dev_attrs`].
+const MAX_DEV_ATTRS: usize = 8;
+
+/// The group of [`Driver::dev_attrs`] that `device_add_disk` creates with the disk's device:
+/// NUL-terminated arrays that must stay put until `del_gendisk` has removed the files.
+struct DevGroups {
+    attrs: [*mut b::attribute; MAX_DEV_ATTRS + 1],
+    group: b::attribute_group,
+    list: [*const b::attribute_group; 2],
+    _pin: PhantomPinned,
+}
+
+impl DevGroups {
+    fn new<D: Driver>() -> Result<Pin<KBox<Self>>> {
+        let attrs = D::dev_attrs();
+        if attrs.len() > MAX_DEV_ATTRS {
+            return Err(EINVAL);
+        }
+        let mut groups = KBox::pin(
+            Self {
+                attrs: [ptr::null_mut(); MAX_DEV_ATTRS + 1],
+                // SAFETY: All-zero is an empty, unnamed `attribute_group`.
+                group: unsafe { mem::zeroed() },
+                list: [ptr::null(); 2],
+                _pin: PhantomPinned,
+            },
+            GFP_KERNEL,
+        )?;
+        // SAFETY: Only the self-referential pointers are set; nothing is moved out.
+        let g = unsafe { groups.as_mut().get_unchecked_mut() };
+        for (slot, attr) in g.attrs.iter_mut().zip(attrs) {
+            *slot = attr.attr_ptr();
+        }
+        g.group.attrs = g.attrs.as_mut_ptr();
+        g.list[0] = ptr::from_ref(&g.group);
+        Ok(groups)
+    }
+
+    /// The NUL-terminated list `device_add_disk` takes (it keeps the pointer).
+    fn list(g: &mut Pin<KBox<Self>>) -> *mut *const b::attribute_group {
+        // SAFETY: Only a pointer into the pinned box is taken; nothing is moved.
+        unsafe { g.as_mut().get_unchecked_mut().list.as_mut_ptr() }
+    }
+}
+
 /// A gendisk and its queue; `added` once `device_add_disk` succeeded.
 struct GenDisk {
     ptr: NonNull<b::gendisk>,
@@ -322,6 +368,8 @@ pub(crate) struct Disk<D: Driver> {
     // Field order is teardown order (after `Drop::drop` has removed the directory):
     // `del_gendisk` and `put_disk`, then the tag set, then our `Arc`.
     gd: GenDisk,
+    // After `gd`: the device keeps pointers to these until `del_gendisk`.
+    _dev_groups: Pin<KBox<DevGroups>>,
     _set: TagSet<D>,
     driver: Arc<D>,
     dir: Option<DiskDir<D>>,
@@ -349,6 +397,8 @@ impl<D: Driver> Disk<D> {
             return Err(EINVAL);
         }
         let name = CString::try_from_fmt(kernel::fmt!("rdmadisk{}", cfg.index))?;
+        // Declared before `gd`, so dropped after it on the error paths below.
+        let mut dev_groups = DevGroups::new::<D>()?;
         let set = TagSet::<D>::new(cfg, driver.clone())?;
         let mut lim = cfg.limits.to_raw();
         // `LockClassKey` is a transparent wrapper of the C key (its own `as_ptr` is private to
@@ -385,13 +435,16 @@ impl<D: Driver> Disk<D> {
             b::set_capacity(disk, cfg.capacity_sectors);
             b::set_disk_ro(disk, cfg.read_only);
         }
-        // SAFETY: A fully set up disk of a blk-mq queue; no parent device, no extra groups.
+        // SAFETY: A fully set up disk of a blk-mq queue; no parent device; the groups (of
+        // `DevAttr<D>`s, whose callbacks find `D` in the queue's `queuedata`) live until after
+        // `del_gendisk` (`_dev_groups` drops after `gd`).
         kernel::error::to_result(unsafe {
-            b::device_add_disk(ptr::null_mut(), disk, ptr::null_mut())
+            b::device_add_disk(ptr::null_mut(), disk, DevGroups::list(&mut dev_groups))
         })?;
         gd.added = true;
         let mut this = Self {
             gd,
+            _dev_groups: dev_groups,
             _set: set,
             driver,
             dir: None,

@@ -32,6 +32,14 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// all the I/Os that reuse that tag, and is shared with the timeout handler, hence `Sync`.
     type Pdu: Send + Sync + 'static;
 
+    /// Read-only attributes of the disk's device itself (`/sys/block/<disk>/<name>`), there
+    /// before its add uevent ([`DevAttr`]); at most 8. None by default.
+    ///
+    /// [`DevAttr`]: super::DevAttr
+    fn dev_attrs() -> &'static [&'static super::DevAttr<Self>] {
+        &[]
+    }
+
     /// A fresh [`Self::Pdu`]. Must not fail or allocate (plain data and atomics).
     fn new_pdu() -> Self::Pdu;
 

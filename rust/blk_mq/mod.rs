@@ -30,7 +30,7 @@ mod disk;
 mod driver;
 mod request;
 
-pub(crate) use attrs::{DiskAttr, DiskAttrs};
+pub(crate) use attrs::{DevAttr, DiskAttr, DiskAttrs};
 pub(crate) use disk::{Disk, DiskConfig, Limits};
 pub(crate) use driver::{Driver, HwQueue, TimeoutAction};
 pub(crate) use request::{BlkStatus, DataPage, ReqOp, Rq, RqRef};

@@ -9,7 +9,7 @@ use core::{fmt::Write, sync::atomic::Ordering};
 use kernel::{c_str, prelude::*, sync::Arc};
 
 use super::{DiskDev, State, FAST_IO_FAIL_OFF, LOSS_TIMEOUT_NEVER};
-use crate::kapi::blk_mq::{DiskAttr, DiskAttrs};
+use crate::kapi::blk_mq::{DevAttr, DiskAttr, DiskAttrs};
 use crate::kapi::sysfs::ShowBuf;
 use crate::proto::knobs::{self, Setting, Values};
 use crate::proto::policy::{Mode, PolicyConfig, State as PState, Transport};
@@ -65,6 +65,34 @@ impl DiskDev {
 
     fn show_export(&self, out: &mut ShowBuf<'_>) -> Result {
         show_value(out, self.info.export)
+    }
+
+    /// The export's identity, as the target that the disk was mapped from sent it (a reconnect
+    /// to another is refused: `check_reply`); `None` from a target that sends none.
+    fn identity(&self) -> Option<crate::proto::wire::Identity> {
+        match self.attach.lock().as_ref() {
+            Some(Ok(a)) => a.reply.identity,
+            _ => None,
+        }
+    }
+
+    /// The export's serial; empty if the target sent no identity.
+    fn show_serial(&self, out: &mut ShowBuf<'_>) -> Result {
+        self.identity()
+            .map_or(Ok(()), |id| show_value(out, id.serial))
+    }
+
+    /// The export's UUID; empty if the target sent no identity.
+    fn show_uuid(&self, out: &mut ShowBuf<'_>) -> Result {
+        self.identity()
+            .map_or(Ok(()), |id| show_value(out, id.uuid))
+    }
+
+    /// `rdmadisk.<uuid>` (docs/design.md, "Identity"); empty if the target sent no identity.
+    fn show_wwid(&self, out: &mut ShowBuf<'_>) -> Result {
+        self.identity().map_or(Ok(()), |id| {
+            show_value(out, format_args!("rdmadisk.{}", id.uuid))
+        })
     }
 
     /// The active target's rdma_cm endpoint (`paths` lists them all).
@@ -525,6 +553,16 @@ static TELEMETRY_RESET: DiskAttr<DiskDev> =
     DiskAttr::wo(c_str!("telemetry_reset"), DiskDev::store_telemetry_reset);
 
 static NAME: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("name"), DiskDev::show_name);
+static SERIAL: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("serial"), DiskDev::show_serial);
+static UUID: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("uuid"), DiskDev::show_uuid);
+static WWID: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("wwid"), DiskDev::show_wwid);
+static DEV_SERIAL: DevAttr<DiskDev> = DevAttr::ro(c_str!("serial"), DiskDev::show_serial);
+static DEV_UUID: DevAttr<DiskDev> = DevAttr::ro(c_str!("uuid"), DiskDev::show_uuid);
+static DEV_WWID: DevAttr<DiskDev> = DevAttr::ro(c_str!("wwid"), DiskDev::show_wwid);
+
+/// `/sys/block/rdmadiskN/{serial,uuid,wwid}`: the identity again, on the disk's device, where
+/// it is before the add uevent, for udev (`userspace-tools/udev/60-rdmadisk.rules`).
+pub(crate) static DEV_ATTRS: &[&DevAttr<DiskDev>] = &[&DEV_SERIAL, &DEV_UUID, &DEV_WWID];
 static EXPORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("export"), DiskDev::show_export);
 static ADDRESS: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("address"), DiskDev::show_address);
 static PORT: DiskAttr<DiskDev> = DiskAttr::ro(c_str!("port"), DiskDev::show_port);
@@ -605,6 +643,9 @@ static PROBE_INTERVAL: DiskAttr<DiskDev> = DiskAttr::rw(
 pub(crate) static ATTRS: &DiskAttrs<DiskDev> = &[
     &NAME,
     &EXPORT,
+    &SERIAL,
+    &UUID,
+    &WWID,
     &ADDRESS,
     &PORT,
     &TCP_PORT,

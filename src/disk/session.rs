@@ -305,9 +305,9 @@ impl DiskDev {
     /// from the first set's reply (`map.rs`), and what is queued against it must mean the same
     /// on the new set: connections that cannot carry the disk's largest request are refused,
     /// and so is a target that now reports another capacity, other block sizes, another
-    /// read-only flag, or a smaller largest request. One exception: an export that may grow
-    /// while served (`features::RESIZE`, an RBD image) may have grown while the disk was away,
-    /// and the disk grows to it once the set is installed. A file that changed size across a
+    /// read-only flag, a smaller largest request, or another export UUID. One exception: an
+    /// export that may grow while served (`features::RESIZE`, an RBD image) may have grown
+    /// while the disk was away, and the disk grows to it once the set is installed. A file that changed size across a
     /// target restart is still refused: it is more likely the wrong file than a resize. The
     /// session keeps trying; the loss timeout bounds it.
     fn check_reply(&self, reply: &HelloReply, max_io: u32) -> Result {
@@ -374,6 +374,18 @@ impl DiskDev {
                 reply.max_io_bytes
             );
             same = false;
+        }
+        // Another UUID is another export, whatever its name (docs/design.md, "Identity"). A
+        // target that sends none (an older one) is not held against the disk.
+        if let (Some(now), Some(was)) = (reply.identity, built.identity) {
+            if now.uuid != was.uuid {
+                pr_err!(
+                    "{who}: the target now serves export {export} with uuid {}, not the {} the disk was mapped with: refusing the connection\n",
+                    now.uuid,
+                    was.uuid
+                );
+                same = false;
+            }
         }
         if same {
             self.note_resize(reply, false);

@@ -83,7 +83,7 @@ dk_build() {
 
 dk_backing() { # dk_backing NAME [SIZE]: a fresh sparse backing file on the storage VM; prints its path
   local f=$DK_BACKDIR/$DK_ID-$1.img
-  on storage "mkdir -p $DK_BACKDIR && rm -f $f && truncate -s ${2:-64M} $f && echo $f"
+  on storage "mkdir -p $DK_BACKDIR && rm -f $f $f.rdmadisk-id && truncate -s ${2:-64M} $f && echo $f"
 }
 
 # _dk_tstop: a storage-side function tstop: SIGCONT (in case a test stopped the target),
@@ -482,5 +482,5 @@ for l in \"\${L[@]}\"; do echo force >/sys/block/\${l%% *}/rdmadisk/unmap; done
 if [ -d /sys/module/rdmadisk ]; then rmmod rdmadisk; fi
 true" >/dev/null || echo "  cleanup: force unmap / rmmod did not finish in 120 s"
   on storage "$(_dk_tstop)
-tstop; rm -f $DK_BACKDIR/$DK_ID-*.img; true" >/dev/null
+tstop; rm -f $DK_BACKDIR/$DK_ID-*.img $DK_BACKDIR/$DK_ID-*.img.rdmadisk-id; true" >/dev/null
 }

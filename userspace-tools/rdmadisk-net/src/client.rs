@@ -295,6 +295,7 @@ impl TcpClient {
             queue_id: opts.queue_id,
             queue_count: opts.queue_count,
             recv_credits: opts.recv_credits,
+            caps: rdmadisk_proto::wire::hello_caps::IDENTITY,
             session_id: opts.session_id,
             epoch: opts.epoch,
             export,

@@ -1,5 +1,6 @@
 //! The TCP transport: every message travels as a [`FrameHeader`], the fixed message, then
-//! `data_len` bytes of data (write data after a `Request`, read data after a `Response`).
+//! `data_len` bytes of data (write data after a `Request`, read data after a `Response`, the
+//! export's identity after a `HelloReply` that has one).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -7,7 +8,7 @@ use std::io::{self, Read, Write};
 use rdmadisk_proto::wire::{
     AuthReply, AuthRequest, DecodeError, FrameHeader, FrameKind, Hello, HelloReply, Request,
     Response, AUTH_REPLY_LEN, AUTH_REQUEST_LEN, FRAME_HEADER_LEN, HELLO_LEN, HELLO_REPLY_LEN,
-    REQUEST_LEN, RESPONSE_LEN,
+    HELLO_REPLY_MAX_LEN, IDENTITY_LEN, REQUEST_LEN, RESPONSE_LEN,
 };
 
 /// Why a frame could not be read.
@@ -122,7 +123,9 @@ fn finish_frame<R: Read>(
         )));
     }
     let allowed_data = matches!(h.kind, FrameKind::Request | FrameKind::Response);
-    if h.data_len > 0 && (!allowed_data || h.data_len > max_data) {
+    // A HelloReply's data is its identity, of one size (`features::IDENTITY`).
+    let identity = h.kind == FrameKind::HelloReply && h.data_len as usize == IDENTITY_LEN;
+    if h.data_len > 0 && !identity && (!allowed_data || h.data_len > max_data) {
         return Err(FrameError::Malformed(format!(
             "{:?} frame with {} data bytes",
             h.kind, h.data_len
@@ -135,9 +138,18 @@ fn finish_frame<R: Read>(
             Frame::Hello(Hello::decode(&b)?)
         }
         FrameKind::HelloReply => {
-            let mut b = [0u8; HELLO_REPLY_LEN];
-            read_full(r, &mut b)?;
-            Frame::HelloReply(HelloReply::decode(&b)?)
+            let mut b = [0u8; HELLO_REPLY_MAX_LEN];
+            let len = HELLO_REPLY_LEN + h.data_len as usize;
+            read_full(r, &mut b[..len])?;
+            let reply = HelloReply::decode(&b[..len])?;
+            // The data is there exactly when the reply says it carries an identity.
+            if reply.identity.is_some() != identity {
+                return Err(FrameError::Malformed(format!(
+                    "HelloReply frame with {} data bytes and features {:#x}",
+                    h.data_len, reply.features
+                )));
+            }
+            Frame::HelloReply(reply)
         }
         FrameKind::Request => {
             let mut b = [0u8; REQUEST_LEN];
@@ -193,7 +205,8 @@ pub fn write_hello<W: Write>(w: &mut W, h: &Hello) -> io::Result<()> {
 
 /// Writes a HelloReply frame.
 pub fn write_hello_reply<W: Write>(w: &mut W, h: &HelloReply) -> io::Result<()> {
-    write_parts(w, FrameKind::HelloReply, &h.to_bytes(), &[])
+    let e = h.to_bytes();
+    write_parts(w, FrameKind::HelloReply, e.fixed(), e.tail())
 }
 
 /// Writes a Request frame followed by `data` (write data; empty otherwise).
@@ -264,6 +277,43 @@ mod tests {
             f => panic!("{f:?}"),
         }
         assert!(matches!(read_frame(&mut r, 4096).unwrap(), Frame::Response(x, 0) if x == resp));
+    }
+
+    #[test]
+    fn hello_reply_carries_its_identity_as_data() {
+        use rdmadisk_proto::wire::{HelloStatus, Identity, Serial, Uuid};
+        let id = Identity {
+            uuid: Uuid::parse("0123abcd-4567-89ef-0011-223344556677").unwrap(),
+            serial: Serial::new(b"SN1").unwrap(),
+        };
+        let reply = HelloReply {
+            identity: Some(id),
+            ..HelloReply::rejected(HelloStatus::Ok)
+        };
+        let mut v = Vec::new();
+        write_hello_reply(&mut v, &reply).unwrap();
+        assert_eq!(v.len(), FRAME_HEADER_LEN + HELLO_REPLY_MAX_LEN);
+        assert_eq!(&v[4..8], &(IDENTITY_LEN as u32).to_le_bytes());
+        match read_frame(&mut &v[..], 0).unwrap() {
+            Frame::HelloReply(r) => assert_eq!(r.identity, Some(id)),
+            f => panic!("{f:?}"),
+        }
+        // Without one: no data, as an older client wants.
+        let mut plain = Vec::new();
+        write_hello_reply(&mut plain, &HelloReply::rejected(HelloStatus::Ok)).unwrap();
+        assert_eq!(plain.len(), FRAME_HEADER_LEN + HELLO_REPLY_LEN);
+        // Data that the reply does not announce, or an announced identity without its data.
+        let mut bad = plain.clone();
+        bad[4..8].copy_from_slice(&(IDENTITY_LEN as u32).to_le_bytes());
+        bad.extend_from_slice(&[0; IDENTITY_LEN]);
+        assert!(matches!(
+            read_frame(&mut &bad[..], 0),
+            Err(FrameError::Malformed(_))
+        ));
+        let mut bad = v.clone();
+        bad[4..8].copy_from_slice(&0u32.to_le_bytes());
+        bad.truncate(FRAME_HEADER_LEN + HELLO_REPLY_LEN);
+        assert!(read_frame(&mut &bad[..], 0).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use rdmadisk_proto::wire::{
     features, req_flags, AuthReply, AuthRequest, ExportName, FrameHeader, FrameKind, Hello,
-    HelloReply, HelloStatus, Opcode, RemoteBuf, Request, Response, Status,
+    HelloReply, HelloStatus, Identity, Opcode, RemoteBuf, Request, Response, Serial, Status, Uuid,
 };
 use std::path::{Path, PathBuf};
 
@@ -24,6 +24,7 @@ fn main() {
         queue_id: 1,
         queue_count: 4,
         recv_credits: 128,
+        caps: 0,
         session_id: 0x1122_3344,
         epoch: 0x5566_7788,
         export: ExportName::new(b"vol0").expect("valid name"),
@@ -49,13 +50,27 @@ fn main() {
         challenge: [0; rdmadisk_proto::wire::CHALLENGE_LEN],
         max_inline: 4096,
         session_floor: 0,
+        identity: None,
     };
-    write(&dir, "hello_reply", "ok", &reply.to_bytes());
+    write(&dir, "hello_reply", "ok", reply.to_bytes().as_bytes());
+    let with_id = HelloReply {
+        identity: Some(Identity {
+            uuid: Uuid::parse("0123abcd-4567-89ef-0011-223344556677").expect("valid uuid"),
+            serial: Serial::new(b"SN-0042").expect("valid serial"),
+        }),
+        ..reply
+    };
+    write(
+        &dir,
+        "hello_reply",
+        "identity",
+        with_id.to_bytes().as_bytes(),
+    );
     let stale = HelloReply {
         session_floor: 41,
         ..HelloReply::rejected(HelloStatus::Stale)
     };
-    write(&dir, "hello_reply", "stale", &stale.to_bytes());
+    write(&dir, "hello_reply", "stale", stale.to_bytes().as_bytes());
 
     let auth = AuthRequest {
         credits: 1,
@@ -82,7 +97,9 @@ fn main() {
         &dir,
         "hello_reply",
         "busy",
-        &HelloReply::rejected(HelloStatus::Busy).to_bytes(),
+        HelloReply::rejected(HelloStatus::Busy)
+            .to_bytes()
+            .as_bytes(),
     );
 
     // Limits after the request: capacity u64, max_io u32, read-only bit.
@@ -188,7 +205,7 @@ fn main() {
         (
             "hello_reply",
             FrameKind::HelloReply,
-            reply.to_bytes().to_vec(),
+            reply.to_bytes().as_bytes().to_vec(),
         ),
         ("response", FrameKind::Response, resp.to_bytes().to_vec()),
     ] {

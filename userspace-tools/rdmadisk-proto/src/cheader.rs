@@ -69,7 +69,7 @@ fn message(out: &mut String, prefix: &str, sname: &str, len: usize, fields: Fiel
 pub(crate) fn render() -> String {
     use wire::{
         auth_off as au, auth_reply_off as ar, frame_off as f, hello_flags, hello_off as h,
-        hello_reply_off as hr, request_off as rq, response_off as rs,
+        hello_reply_off as hr, identity_off as id, request_off as rq, response_off as rs,
     };
     let mut o = String::new();
     o.push_str(
@@ -170,6 +170,7 @@ pub(crate) fn render() -> String {
         ("READ_ONLY", features::READ_ONLY),
         ("AUTH", features::AUTH),
         ("RESIZE", features::RESIZE),
+        ("IDENTITY", features::IDENTITY),
     ] {
         define(
             &mut o,
@@ -187,6 +188,12 @@ pub(crate) fn render() -> String {
         &mut o,
         "RDMADISK_HELLO_NEW_SESSION",
         std::format!("0x{:X}U", hello_flags::NEW_SESSION),
+    );
+    let _ = writeln!(o, "\n/* Hello caps (hello.caps) */");
+    define(
+        &mut o,
+        "RDMADISK_HELLO_CAP_IDENTITY",
+        std::format!("0x{:X}U", wire::hello_caps::IDENTITY),
     );
     define(&mut o, "RDMADISK_CHALLENGE_LEN", wire::CHALLENGE_LEN);
     let _ = writeln!(o, "\n/* TCP frame kinds (frame_header.kind) */");
@@ -215,7 +222,7 @@ pub(crate) fn render() -> String {
             ("queue_id", h::QUEUE_ID, "__le16"),
             ("queue_count", h::QUEUE_COUNT, "__le16"),
             ("recv_credits", h::RECV_CREDITS, "__le16"),
-            ("reserved", h::RESERVED, "__le16"),
+            ("caps", h::CAPS, "__le16"),
             ("session_id", h::SESSION_ID, "__le32"),
             ("epoch", h::EPOCH, "__le32"),
             ("export_name", h::EXPORT_NAME, &name_ty),
@@ -245,6 +252,25 @@ pub(crate) fn render() -> String {
             ("max_inline", hr::MAX_INLINE, "__le32"),
             ("session_floor", hr::SESSION_FLOOR, "__le32"),
             ("reserved1", hr::RESERVED1, "__le32"),
+        ],
+    );
+    message(
+        &mut o,
+        "IDENTITY",
+        "rdmadisk_identity",
+        wire::IDENTITY_LEN,
+        &[
+            ("uuid", id::UUID, &std::format!("__u8[{}]", wire::UUID_LEN)),
+            (
+                "serial",
+                id::SERIAL,
+                &std::format!("__u8[{}]", wire::SERIAL_MAX),
+            ),
+            (
+                "reserved",
+                id::RESERVED,
+                &std::format!("__u8[{}]", wire::IDENTITY_LEN - id::RESERVED),
+            ),
         ],
     );
     let req_reserved = std::format!("__u8[{}]", wire::REQUEST_LEN - rq::RESERVED);

@@ -33,9 +33,20 @@ pub const SECTOR_SIZE: u32 = 1 << SECTOR_SHIFT;
 /// Encoded length of [`Hello`]; it must fit rdma_cm connect private data
 /// (56 bytes for RC on InfiniBand/RoCE).
 pub const HELLO_LEN: usize = 56;
-/// Encoded length of [`HelloReply`]; it must fit rdma_cm accept private data
-/// (196 bytes) and reject private data (148 bytes): a refusal carries it too.
+/// Encoded length of [`HelloReply`] without its [`Identity`]: a refusal, a reply to a client
+/// that did not ask for the identity, and the message of a TCP `HelloReply` frame. It must fit
+/// rdma_cm reject private data (148 bytes): a refusal carries it.
 pub const HELLO_REPLY_LEN: usize = 72;
+/// Encoded length of an [`Identity`]: it follows the [`HelloReply`] (in the same rdma_cm accept
+/// private data, or as the data of its TCP frame) when the reply has [`features::IDENTITY`].
+pub const IDENTITY_LEN: usize = 40;
+/// Encoded length of a [`HelloReply`] with its [`Identity`]; it must fit rdma_cm accept
+/// private data (196 bytes).
+pub const HELLO_REPLY_MAX_LEN: usize = HELLO_REPLY_LEN + IDENTITY_LEN;
+/// Bytes of an export's UUID ([`Uuid`]).
+pub const UUID_LEN: usize = 16;
+/// Longest serial of an export ([`Serial`]).
+pub const SERIAL_MAX: usize = 20;
 /// Encoded length of [`Request`].
 pub const REQUEST_LEN: usize = 48;
 /// Encoded length of [`Response`].
@@ -67,8 +78,9 @@ pub mod hello_off {
     pub const QUEUE_COUNT: usize = 10;
     /// `u16` receives the client has posted for responses.
     pub const RECV_CREDITS: usize = 12;
-    /// `u16` reserved, zero.
-    pub const RESERVED: usize = 14;
+    /// `u16` [`super::hello_caps`]: what the client can take in the reply. Reserved (zero,
+    /// ignored) before, so a target that does not know them ignores them.
+    pub const CAPS: usize = 14;
     /// `u32` session identifier (0: not fenced).
     pub const SESSION_ID: usize = 16;
     /// `u32` connection epoch within the session.
@@ -116,6 +128,17 @@ pub mod hello_reply_off {
     pub const SESSION_FLOOR: usize = 64;
     /// `u32` reserved, zero.
     pub const RESERVED1: usize = 68;
+}
+
+/// Field offsets of [`Identity`], from its start (which is [`super::HELLO_REPLY_LEN`] bytes
+/// into the reply).
+pub mod identity_off {
+    /// [`super::UUID_LEN`] bytes: the export's UUID, as in its text form's order.
+    pub const UUID: usize = 0;
+    /// [`super::SERIAL_MAX`] bytes: the export's serial, NUL padded.
+    pub const SERIAL: usize = 16;
+    /// Reserved, zero, up to [`super::IDENTITY_LEN`].
+    pub const RESERVED: usize = 36;
 }
 
 /// Field offsets of [`Request`].
@@ -228,6 +251,10 @@ const _: () = assert!(auth_reply_off::PROOF + 32 == auth_reply_off::SESSION_FLOO
 const _: () = assert!(auth_reply_off::SESSION_FLOOR + 4 == auth_reply_off::RESERVED);
 const _: () = assert!(auth_reply_off::RESERVED < AUTH_REPLY_LEN);
 const _: () = assert!(HELLO_REPLY_LEN <= 148);
+const _: () = assert!(HELLO_REPLY_MAX_LEN <= 196);
+const _: () = assert!(identity_off::UUID + UUID_LEN == identity_off::SERIAL);
+const _: () = assert!(identity_off::SERIAL + SERIAL_MAX == identity_off::RESERVED);
+const _: () = assert!(identity_off::RESERVED + 4 == IDENTITY_LEN);
 const _: () = assert!(hello_reply_off::CAPACITY_SECTORS % 8 == 0);
 const _: () = assert!(request_off::RESERVED + 8 == REQUEST_LEN);
 const _: () = assert!(request_off::SECTOR % 8 == 0 && request_off::BUF_ADDR % 8 == 0);
@@ -266,8 +293,25 @@ pub mod features {
     /// export through several targets; one without the bit (a local file) has
     /// one writer target only (docs/design.md, "Several gateways").
     pub const GATEWAY: u32 = 1 << 7;
+    /// The reply carries the export's [`super::Identity`] (its UUID and serial) after its
+    /// [`super::HELLO_REPLY_LEN`] bytes: in the same accept private data over RDMA, as the
+    /// frame's data over TCP. A target sets it only for a client whose Hello has
+    /// [`super::hello_caps::IDENTITY`], so a client that does not know it never gets the
+    /// longer reply: no [`super::VERSION`] change.
+    pub const IDENTITY: u32 = 1 << 8;
     /// Every bit defined above.
-    pub const ALL: u32 = FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY | AUTH | RESIZE | GATEWAY;
+    pub const ALL: u32 =
+        FLUSH | FUA | DISCARD | WRITE_ZEROES | READ_ONLY | AUTH | RESIZE | GATEWAY | IDENTITY;
+}
+
+/// Bits of [`Hello::caps`]: what the client can take in the [`HelloReply`]. A target ignores
+/// bits it does not know (the field was reserved), so a client may always set them.
+pub mod hello_caps {
+    /// The client takes the export's [`super::Identity`] after the reply
+    /// ([`super::features::IDENTITY`]).
+    pub const IDENTITY: u16 = 1;
+    /// Every bit defined above.
+    pub const ALL: u16 = IDENTITY;
 }
 
 /// Flag bits of [`Hello::flags`].
@@ -318,6 +362,9 @@ pub enum DecodeError {
     /// The export name is empty, too long, not NUL padded or has a
     /// character outside `[A-Za-z0-9._-]`.
     BadExportName,
+    /// The [`Identity`] has a nil UUID, or a serial that is empty, not NUL padded or has a
+    /// character outside `[A-Za-z0-9._-]`.
+    BadIdentity,
 }
 
 impl DecodeError {
@@ -342,6 +389,7 @@ impl fmt::Display for DecodeError {
             DecodeError::BadHelloStatus(s) => write!(f, "unknown hello status {s}"),
             DecodeError::BadKind(k) => write!(f, "unknown frame kind {k}"),
             DecodeError::BadExportName => f.write_str("invalid export name"),
+            DecodeError::BadIdentity => f.write_str("invalid export identity"),
         }
     }
 }
@@ -401,6 +449,12 @@ fn fixed<const N: usize>(buf: &[u8]) -> Result<&[u8; N], DecodeError> {
     buf.first_chunk::<N>().ok_or(DecodeError::Short)
 }
 
+/// Whether `c` may be in an export name or a serial: both are printed in logs, sysfs, paths
+/// and udev link names without escaping.
+fn name_char(c: &u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(*c, b'.' | b'_' | b'-')
+}
+
 /// Name of an export: 1..=[`EXPORT_NAME_MAX`] bytes of `[A-Za-z0-9._-]`.
 ///
 /// The character set keeps names safe to print in logs, sysfs and paths
@@ -418,8 +472,7 @@ impl ExportName {
         if name.is_empty() || name.len() > EXPORT_NAME_MAX {
             return Err(DecodeError::BadExportName);
         }
-        let valid = |c: &u8| c.is_ascii_alphanumeric() || matches!(*c, b'.' | b'_' | b'-');
-        if !name.iter().all(valid) {
+        if !name.iter().all(name_char) {
             return Err(DecodeError::BadExportName);
         }
         let mut bytes = [0u8; EXPORT_NAME_MAX];
@@ -469,6 +522,187 @@ impl fmt::Display for ExportName {
     }
 }
 
+/// An export's UUID: 16 bytes, in the order of its text form
+/// (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase hex). Configured at the target, or made
+/// once there and kept beside the export (docs/design.md, "Identity"); never nil on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Uuid(pub [u8; UUID_LEN]);
+
+impl Uuid {
+    /// Parses the hyphenated text form (either case); `None` if it is not one, or is nil.
+    pub fn parse(s: &str) -> Option<Uuid> {
+        let b = s.as_bytes();
+        if b.len() != 36 {
+            return None;
+        }
+        let mut out = [0u8; UUID_LEN];
+        let mut nibbles = 0usize;
+        for (i, &c) in b.iter().enumerate() {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                if c != b'-' {
+                    return None;
+                }
+                continue;
+            }
+            let v = (c as char).to_digit(16)? as u8;
+            let byte = out.get_mut(nibbles / 2)?;
+            *byte = *byte << 4 | v;
+            nibbles += 1;
+        }
+        let u = Uuid(out);
+        (!u.is_nil()).then_some(u)
+    }
+
+    /// Whether every byte is zero (no UUID).
+    pub fn is_nil(&self) -> bool {
+        self.0.iter().all(|&b| b == 0)
+    }
+
+    /// The serial an export without a configured one gets: the UUID's first 8 bytes in hex (16
+    /// characters).
+    pub fn default_serial(&self) -> Serial {
+        let mut hex = [0u8; 16];
+        for (pair, b) in hex.chunks_exact_mut(2).zip(self.0.iter()) {
+            let digit = |n: u8| {
+                b"0123456789abcdef"
+                    .get(usize::from(n))
+                    .copied()
+                    .unwrap_or(b'0')
+            };
+            if let [hi, lo] = pair {
+                *hi = digit(b >> 4);
+                *lo = digit(b & 15);
+            }
+        }
+        // 16 hex digits are a valid serial.
+        Serial::new(&hex).unwrap_or(Serial {
+            bytes: [b'0'; SERIAL_MAX],
+            len: 1,
+        })
+    }
+}
+
+impl fmt::Display for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// An export's serial: 1..=[`SERIAL_MAX`] bytes of `[A-Za-z0-9._-]`, so that it can name a
+/// udev link (`/dev/disk/by-id/rdmadisk-<serial>`) as it is. Configured at the target, or
+/// [`Uuid::default_serial`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Serial {
+    // Bytes past `len` are always zero, which makes the derived `Eq` exact.
+    bytes: [u8; SERIAL_MAX],
+    len: u8,
+}
+
+impl Serial {
+    /// Checks and copies `s`.
+    pub fn new(s: &[u8]) -> Result<Serial, DecodeError> {
+        if s.is_empty() || s.len() > SERIAL_MAX || !s.iter().all(name_char) {
+            return Err(DecodeError::BadIdentity);
+        }
+        let mut bytes = [0u8; SERIAL_MAX];
+        for (dst, src) in bytes.iter_mut().zip(s.iter()) {
+            *dst = *src;
+        }
+        Ok(Serial {
+            bytes,
+            // Cannot truncate: the length was checked against SERIAL_MAX.
+            len: s.len() as u8,
+        })
+    }
+
+    /// The serial as a string; it is ASCII by construction.
+    pub fn as_str(&self) -> &str {
+        let b = self.bytes.get(..usize::from(self.len)).unwrap_or(&[]);
+        core::str::from_utf8(b).unwrap_or("")
+    }
+
+    /// Parses the NUL-padded wire form; padding must be all NUL.
+    fn from_padded(padded: &[u8; SERIAL_MAX]) -> Result<Serial, DecodeError> {
+        let len = padded.iter().position(|&c| c == 0).unwrap_or(SERIAL_MAX);
+        let (s, pad) = padded.split_at(len);
+        if pad.iter().any(|&c| c != 0) {
+            return Err(DecodeError::BadIdentity);
+        }
+        Serial::new(s)
+    }
+}
+
+impl fmt::Display for Serial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who an export is, whichever target serves it and whatever slot a client maps it to: sent
+/// after the [`HelloReply`] ([`features::IDENTITY`]). A client shows it in sysfs (`serial`,
+/// `uuid`, `wwid`) and refuses a reconnect to a target whose export has another UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// Never nil.
+    pub uuid: Uuid,
+    /// The export's serial.
+    pub serial: Serial,
+}
+
+impl Identity {
+    /// Writes the identity, reserved bytes zeroed.
+    pub fn encode(&self, out: &mut [u8; IDENTITY_LEN]) {
+        *out = [0; IDENTITY_LEN];
+        put::<{ identity_off::UUID }, UUID_LEN, IDENTITY_LEN>(out, self.uuid.0);
+        put::<{ identity_off::SERIAL }, SERIAL_MAX, IDENTITY_LEN>(out, self.serial.bytes);
+    }
+
+    /// Parses an identity; trailing bytes are ignored.
+    pub fn decode(buf: &[u8]) -> Result<Identity, DecodeError> {
+        let b = fixed::<IDENTITY_LEN>(buf)?;
+        let uuid = Uuid(get::<{ identity_off::UUID }, UUID_LEN, IDENTITY_LEN>(b));
+        if uuid.is_nil() {
+            return Err(DecodeError::BadIdentity);
+        }
+        let serial = get::<{ identity_off::SERIAL }, SERIAL_MAX, IDENTITY_LEN>(b);
+        Ok(Identity {
+            uuid,
+            serial: Serial::from_padded(&serial)?,
+        })
+    }
+}
+
+/// A [`HelloReply`] as sent: [`HELLO_REPLY_LEN`] bytes, then the [`Identity`] if it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncodedReply {
+    bytes: [u8; HELLO_REPLY_MAX_LEN],
+    len: usize,
+}
+
+impl EncodedReply {
+    /// Everything, as rdma_cm accept or reject private data carries it.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or(&self.bytes)
+    }
+
+    /// The fixed part: the message of a TCP `HelloReply` frame.
+    pub fn fixed(&self) -> &[u8] {
+        self.bytes.get(..HELLO_REPLY_LEN).unwrap_or(&self.bytes)
+    }
+
+    /// What follows the fixed part (the identity, or nothing): the data of a TCP `HelloReply`
+    /// frame.
+    pub fn tail(&self) -> &[u8] {
+        self.bytes.get(HELLO_REPLY_LEN..self.len).unwrap_or(&[])
+    }
+}
+
 /// First message on every queue, client to target. Travels as rdma_cm
 /// connect private data, or as the first TCP frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -482,6 +716,8 @@ pub struct Hello {
     /// Receives the client has posted for responses on this queue, which is
     /// the number of responses the target may send before further grants.
     pub recv_credits: u16,
+    /// [`hello_caps`] bits; a target ignores those it does not know.
+    pub caps: u16,
     /// Ties a device's queues and both of its transports together, so the
     /// target can tell a reconnect (failover/failback) from a new client.
     /// 0: a connection outside any session (a probe), which is never fenced
@@ -505,6 +741,7 @@ impl Hello {
         put_u16::<{ hello_off::QUEUE_ID }, HELLO_LEN>(out, self.queue_id);
         put_u16::<{ hello_off::QUEUE_COUNT }, HELLO_LEN>(out, self.queue_count);
         put_u16::<{ hello_off::RECV_CREDITS }, HELLO_LEN>(out, self.recv_credits);
+        put_u16::<{ hello_off::CAPS }, HELLO_LEN>(out, self.caps);
         put_u32::<{ hello_off::SESSION_ID }, HELLO_LEN>(out, self.session_id);
         put_u32::<{ hello_off::EPOCH }, HELLO_LEN>(out, self.epoch);
         put::<{ hello_off::EXPORT_NAME }, EXPORT_NAME_MAX, HELLO_LEN>(out, self.export.to_padded());
@@ -532,6 +769,7 @@ impl Hello {
             queue_id: get_u16::<{ hello_off::QUEUE_ID }, HELLO_LEN>(b),
             queue_count: get_u16::<{ hello_off::QUEUE_COUNT }, HELLO_LEN>(b),
             recv_credits: get_u16::<{ hello_off::RECV_CREDITS }, HELLO_LEN>(b),
+            caps: get_u16::<{ hello_off::CAPS }, HELLO_LEN>(b),
             session_id: get_u32::<{ hello_off::SESSION_ID }, HELLO_LEN>(b),
             epoch: get_u32::<{ hello_off::EPOCH }, HELLO_LEN>(b),
             export: ExportName::from_padded(&name)?,
@@ -613,6 +851,9 @@ pub struct HelloReply {
     /// mapping asked with a session at or below it asks again above it (see
     /// [`crate::fence`]); an attached session told `Stale` has been superseded.
     pub session_floor: u32,
+    /// The export's identity: `Some` exactly when [`Self::features`] has
+    /// [`features::IDENTITY`] (the encoder sets or clears the bit to match).
+    pub identity: Option<Identity>,
 }
 
 impl HelloReply {
@@ -632,13 +873,26 @@ impl HelloReply {
             challenge: [0; CHALLENGE_LEN],
             max_inline: 0,
             session_floor: 0,
+            identity: None,
         }
     }
 
-    /// Writes the message, reserved bytes zeroed.
-    pub fn encode(&self, out: &mut [u8; HELLO_REPLY_LEN]) {
+    /// Writes the message, reserved bytes zeroed, and the identity after it if there is one;
+    /// returns the length written ([`HELLO_REPLY_LEN`] or [`HELLO_REPLY_MAX_LEN`]).
+    pub fn encode(&self, all: &mut [u8; HELLO_REPLY_MAX_LEN]) -> usize {
         const N: usize = HELLO_REPLY_LEN;
-        *out = [0; N];
+        *all = [0; HELLO_REPLY_MAX_LEN];
+        let (head, tail) = all.split_at_mut(N);
+        let (Ok(out), Ok(tail)) = (
+            <&mut [u8; N]>::try_from(head),
+            <&mut [u8; IDENTITY_LEN]>::try_from(tail),
+        ) else {
+            return 0;
+        };
+        let features = match self.identity {
+            Some(_) => self.features | features::IDENTITY,
+            None => self.features & !features::IDENTITY,
+        };
         put_u32::<{ hello_reply_off::MAGIC }, N>(out, MAGIC);
         put_u16::<{ hello_reply_off::VERSION }, N>(out, VERSION);
         put_u16::<{ hello_reply_off::STATUS }, N>(out, self.status as u16);
@@ -649,21 +903,29 @@ impl HelloReply {
         put_u16::<{ hello_reply_off::MAX_SEGMENTS }, N>(out, self.max_segments);
         put_u16::<{ hello_reply_off::QUEUE_DEPTH }, N>(out, self.queue_depth);
         put_u16::<{ hello_reply_off::INITIAL_CREDITS }, N>(out, self.initial_credits);
-        put_u32::<{ hello_reply_off::FEATURES }, N>(out, self.features);
+        put_u32::<{ hello_reply_off::FEATURES }, N>(out, features);
         put_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(out, self.max_discard_sectors);
         put::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(out, self.challenge);
         put_u32::<{ hello_reply_off::MAX_INLINE }, N>(out, self.max_inline);
         put_u32::<{ hello_reply_off::SESSION_FLOOR }, N>(out, self.session_floor);
+        match &self.identity {
+            Some(id) => {
+                id.encode(tail);
+                HELLO_REPLY_MAX_LEN
+            }
+            None => N,
+        }
     }
 
-    /// Returns the encoded message.
-    pub fn to_bytes(&self) -> [u8; HELLO_REPLY_LEN] {
-        let mut out = [0; HELLO_REPLY_LEN];
-        self.encode(&mut out);
-        out
+    /// Returns the encoded message, with the identity if there is one.
+    pub fn to_bytes(&self) -> EncodedReply {
+        let mut bytes = [0; HELLO_REPLY_MAX_LEN];
+        let len = self.encode(&mut bytes);
+        EncodedReply { bytes, len }
     }
 
-    /// Parses a message; trailing bytes are ignored.
+    /// Parses a message, and its [`Identity`] if it has [`features::IDENTITY`] (then
+    /// [`HELLO_REPLY_MAX_LEN`] bytes are needed); trailing bytes are ignored.
     ///
     /// A reply with a version other than [`VERSION`] is an error even when
     /// its status is `BadVersion`: the fields cannot be trusted either way.
@@ -676,6 +938,12 @@ impl HelloReply {
         if get_u16::<{ hello_reply_off::VERSION }, N>(b) != VERSION {
             return Err(DecodeError::BadVersion);
         }
+        let features = get_u32::<{ hello_reply_off::FEATURES }, N>(b);
+        let identity = if features & features::IDENTITY != 0 {
+            Some(Identity::decode(buf.get(N..).unwrap_or(&[]))?)
+        } else {
+            None
+        };
         Ok(HelloReply {
             status: HelloStatus::try_from(get_u16::<{ hello_reply_off::STATUS }, N>(b))?,
             capacity_sectors: get_u64::<{ hello_reply_off::CAPACITY_SECTORS }, N>(b),
@@ -685,11 +953,12 @@ impl HelloReply {
             max_segments: get_u16::<{ hello_reply_off::MAX_SEGMENTS }, N>(b),
             queue_depth: get_u16::<{ hello_reply_off::QUEUE_DEPTH }, N>(b),
             initial_credits: get_u16::<{ hello_reply_off::INITIAL_CREDITS }, N>(b),
-            features: get_u32::<{ hello_reply_off::FEATURES }, N>(b),
+            features,
             max_discard_sectors: get_u32::<{ hello_reply_off::MAX_DISCARD_SECTORS }, N>(b),
             challenge: get::<{ hello_reply_off::CHALLENGE }, CHALLENGE_LEN, N>(b),
             max_inline: get_u32::<{ hello_reply_off::MAX_INLINE }, N>(b),
             session_floor: get_u32::<{ hello_reply_off::SESSION_FLOOR }, N>(b),
+            identity,
         })
     }
 }
@@ -1179,7 +1448,8 @@ impl Response {
 pub enum FrameKind {
     /// A [`Hello`].
     Hello = 1,
-    /// A [`HelloReply`].
+    /// A [`HelloReply`], then its [`Identity`] ([`IDENTITY_LEN`] bytes of data) if it has
+    /// [`features::IDENTITY`].
     HelloReply = 2,
     /// A [`Request`], then the write data if any.
     Request = 3,
@@ -1290,9 +1560,17 @@ mod tests {
             queue_id: 3,
             queue_count: 4,
             recv_credits: 128,
+            caps: 0,
             session_id: 0x0102_0304,
             epoch: 0x0506_0708,
             export: name("vol-0"),
+        }
+    }
+
+    fn identity() -> Identity {
+        Identity {
+            uuid: Uuid::parse("0123abcd-4567-89ef-0011-223344556677").unwrap(),
+            serial: Serial::new(b"SN-0042").unwrap(),
         }
     }
 
@@ -1311,6 +1589,7 @@ mod tests {
             challenge: *b"0123456789abcdef",
             max_inline: 4096,
             session_floor: 0x0a0b_0c0d,
+            identity: None,
         }
     }
 
@@ -1384,8 +1663,119 @@ mod tests {
         // Trailing bytes and reserved fields are ignored.
         let mut long = [0xffu8; HELLO_LEN + 8];
         long[..HELLO_LEN].copy_from_slice(&good);
-        long[hello_off::RESERVED] = 0xff;
+        long[hello_off::CAPS] = 0;
+        long[hello_off::CAPS + 1] = 0;
         assert_eq!(Hello::decode(&long), Ok(hello()));
+        // Caps are carried whatever they are: a target ignores those it does not know.
+        let caps = Hello {
+            caps: 0x8001,
+            ..hello()
+        };
+        let b = caps.to_bytes();
+        assert_eq!(&b[14..16], &[1, 0x80]);
+        assert_eq!(Hello::decode(&b), Ok(caps));
+    }
+
+    #[test]
+    fn uuid_and_serial_text() {
+        let u = identity().uuid;
+        assert_eq!(
+            u.0,
+            [
+                0x01, 0x23, 0xab, 0xcd, 0x45, 0x67, 0x89, 0xef, 0x00, 0x11, 0x22, 0x33, 0x44, 0x55,
+                0x66, 0x77
+            ]
+        );
+        assert_eq!(std::format!("{u}"), "0123abcd-4567-89ef-0011-223344556677");
+        assert_eq!(Uuid::parse("0123ABCD-4567-89EF-0011-223344556677"), Some(u));
+        for bad in [
+            "",
+            "0123abcd-4567-89ef-0011-22334455667",
+            "0123abcd-4567-89ef-0011-2233445566778",
+            "0123abcd+4567-89ef-0011-223344556677",
+            "0123abcd-4567-89ef-0011-22334455667g",
+            "00000000-0000-0000-0000-000000000000",
+            "0123abcd4567-89ef-0011-2233445566778",
+        ] {
+            assert_eq!(Uuid::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(u.default_serial().as_str(), "0123abcd456789ef");
+        assert_eq!(Serial::new(b""), Err(DecodeError::BadIdentity));
+        assert_eq!(Serial::new(&[b'a'; 21]), Err(DecodeError::BadIdentity));
+        assert_eq!(Serial::new(b"a/b"), Err(DecodeError::BadIdentity));
+        assert_eq!(Serial::new(b"a b"), Err(DecodeError::BadIdentity));
+        assert_eq!(
+            Serial::new(&[b'Z'; 20]).unwrap().as_str(),
+            "ZZZZZZZZZZZZZZZZZZZZ"
+        );
+        assert_eq!(std::format!("{}", identity().serial), "SN-0042");
+    }
+
+    #[test]
+    fn hello_reply_with_identity() {
+        let r = HelloReply {
+            identity: Some(identity()),
+            ..reply()
+        };
+        let e = r.to_bytes();
+        let b = e.as_bytes();
+        assert_eq!(b.len(), HELLO_REPLY_MAX_LEN);
+        assert_eq!(e.fixed().len(), HELLO_REPLY_LEN);
+        assert_eq!(e.tail().len(), IDENTITY_LEN);
+        // The encoder sets the bit to match the identity.
+        let feat = u32::from_le_bytes(b[36..40].try_into().unwrap());
+        assert_eq!(
+            feat,
+            features::FLUSH | features::DISCARD | features::IDENTITY
+        );
+        assert_eq!(&b[72..88], &identity().uuid.0);
+        assert_eq!(&b[88..95], b"SN-0042");
+        assert!(b[95..].iter().all(|&c| c == 0));
+        let back = HelloReply::decode(b).unwrap();
+        assert_eq!(back.identity, Some(identity()));
+        assert_eq!(back.features & !features::IDENTITY, reply().features);
+        // Without its identity, a reply that says it has one is short.
+        assert_eq!(HelloReply::decode(e.fixed()), Err(DecodeError::Short));
+        assert_eq!(
+            HelloReply::decode(&b[..HELLO_REPLY_MAX_LEN - 1]),
+            Err(DecodeError::Short)
+        );
+        // A nil UUID, a bad serial, garbage after the serial's NUL.
+        for (at, v) in [
+            (72usize, None),
+            (88, Some(0u8)),
+            (89, Some(b'/')),
+            (95 + 1, Some(b'x')),
+        ] {
+            let mut bad = [0u8; HELLO_REPLY_MAX_LEN];
+            bad.copy_from_slice(b);
+            match v {
+                None => bad[72..88].fill(0),
+                Some(v) => bad[at] = v,
+            }
+            assert_eq!(
+                HelloReply::decode(&bad),
+                Err(DecodeError::BadIdentity),
+                "at {at}"
+            );
+        }
+        // The reserved bytes after the serial are ignored.
+        let mut res = [0u8; HELLO_REPLY_MAX_LEN];
+        res.copy_from_slice(b);
+        res[HELLO_REPLY_MAX_LEN - 1] = 0xff;
+        assert_eq!(HelloReply::decode(&res), Ok(back));
+        // No identity: the bit is cleared, the reply is the short one, and what an older
+        // client reads (the first HELLO_REPLY_LEN bytes) is the same either way.
+        let plain = HelloReply {
+            features: reply().features | features::IDENTITY,
+            ..reply()
+        };
+        let p = plain.to_bytes();
+        assert_eq!(p.as_bytes().len(), HELLO_REPLY_LEN);
+        assert!(p.tail().is_empty());
+        assert_eq!(HelloReply::decode(p.as_bytes()), Ok(reply()));
+        assert_eq!(&p.as_bytes()[..36], &b[..36]);
+        assert_eq!(&p.as_bytes()[40..], &b[40..72]);
     }
 
     #[test]
@@ -1411,7 +1801,7 @@ mod tests {
 
     #[test]
     fn hello_reply_layout_and_errors() {
-        let b = reply().to_bytes();
+        let b: [u8; HELLO_REPLY_LEN] = reply().to_bytes().as_bytes().try_into().unwrap();
         assert_eq!(&b[0..4], &MAGIC.to_le_bytes());
         assert_eq!(&b[6..8], &[0, 0]);
         assert_eq!(&b[8..16], &(1u64 << 21).to_le_bytes());
@@ -1443,7 +1833,7 @@ mod tests {
             Err(DecodeError::BadHelloStatus(7))
         );
         let r = HelloReply::rejected(HelloStatus::Busy);
-        assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
+        assert_eq!(HelloReply::decode(r.to_bytes().as_bytes()), Ok(r));
     }
 
     #[test]
@@ -1606,6 +1996,7 @@ mod tests {
             DecodeError::BadHelloStatus(9),
             DecodeError::BadKind(9),
             DecodeError::BadExportName,
+            DecodeError::BadIdentity,
         ];
         let texts: std::vec::Vec<std::string::String> =
             all.iter().map(|e| std::format!("{e}")).collect();
@@ -1816,9 +2207,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
             let _ = Hello::decode(&bytes);
             let _ = HelloReply::decode(&bytes);
+            let _ = Identity::decode(&bytes);
             let _ = Request::decode(&bytes);
             let _ = Response::decode(&bytes);
             let _ = AuthRequest::decode(&bytes);
@@ -1842,7 +2234,7 @@ mod tests {
         #[test]
         fn hello_round_trips(flags in any::<u16>(), queue_id in any::<u16>(), queue_count in any::<u16>(),
                              recv_credits in any::<u16>(), session_id in any::<u32>(), epoch in any::<u32>(), export in arb_name()) {
-            let h = Hello { flags, queue_id, queue_count, recv_credits, session_id, epoch, export };
+            let h = Hello { flags, queue_id, queue_count, recv_credits, caps: flags ^ queue_id, session_id, epoch, export };
             prop_assert_eq!(Hello::decode(&h.to_bytes()), Ok(h));
         }
 
@@ -1873,14 +2265,26 @@ mod tests {
                                    queue_depth in any::<u16>(), initial_credits in any::<u16>(),
                                    features in any::<u32>(), max_discard_sectors in any::<u32>(),
                                    challenge in any::<[u8; CHALLENGE_LEN]>(), max_inline in any::<u32>(),
-                                   session_floor in any::<u32>()) {
+                                   session_floor in any::<u32>(), uuid in any::<[u8; UUID_LEN]>(),
+                                   serial in arb_name(), with_id in any::<bool>()) {
+            let identity = (with_id && uuid != [0; UUID_LEN]).then(|| Identity {
+                uuid: Uuid(uuid),
+                serial: Serial::new(&serial.as_bytes()[..serial.as_bytes().len().min(SERIAL_MAX)]).unwrap(),
+            });
+            let features = match identity {
+                Some(_) => features | features::IDENTITY,
+                None => features & !features::IDENTITY,
+            };
             let r = HelloReply {
                 status: HelloStatus::try_from(status).unwrap(), capacity_sectors,
                 logical_block_size: lbs, physical_block_size: pbs, max_io_bytes, max_segments,
                 queue_depth, initial_credits, features, max_discard_sectors, challenge, max_inline,
-                session_floor,
+                session_floor, identity,
             };
-            prop_assert_eq!(HelloReply::decode(&r.to_bytes()), Ok(r));
+            let e = r.to_bytes();
+            prop_assert_eq!(HelloReply::decode(e.as_bytes()), Ok(r));
+            prop_assert_eq!(e.as_bytes().len(), if identity.is_some() { HELLO_REPLY_MAX_LEN } else { HELLO_REPLY_LEN });
+            prop_assert_eq!(Identity::decode(e.tail()).ok(), identity);
         }
 
         #[test]

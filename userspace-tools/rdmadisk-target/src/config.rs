@@ -66,7 +66,7 @@ metrics_file, log_level,
 corrupt_read_every, fail_write_crc_every, hostile = [..], hostile_every, ceph_conf,
 ceph_client, ceph_keyring, lock_wait_s, [[host]] tables with name, address, secret_file,
 target_secret_file, and [[export]] tables with name, path (or rbd:POOL/IMAGE), read_only, allow = [..],
-exclusive, secret_file, insecure, ceph_conf, ceph_client, ceph_keyring, break_lock, gateway (RBD
+exclusive, secret_file, insecure, uuid, serial, ceph_conf, ceph_client, ceph_keyring, break_lock, gateway (RBD
 only: one of several targets serving the image, which takes its lock over when a client attaches
 read-write). See userspace-tools/README.md and rdmadisk-target.example.toml."
 )]
@@ -104,11 +104,16 @@ pub struct Args {
     #[arg(long, overrides_with = "no_tcp")]
     pub tcp: bool,
     /// Export NAME=PATH (a file or block device, or rbd:POOL/IMAGE: a Ceph RBD image),
-    /// read-write. Repeatable; added to the file's exports.
-    #[arg(long = "export", value_name = "NAME=PATH")]
+    /// read-write. Repeatable; added to the file's exports. `,uuid=UUID` and `,serial=SERIAL`
+    /// after the path set the export's identity (default: made once and kept beside it).
+    #[arg(long = "export", value_name = "NAME=PATH[,uuid=UUID][,serial=SERIAL]")]
     pub exports: Vec<String>,
-    /// Export NAME=PATH read-only. Repeatable; added to the file's exports.
-    #[arg(long = "export-ro", value_name = "NAME=PATH")]
+    /// Export NAME=PATH read-only (the options of --export too). Repeatable; added to the
+    /// file's exports.
+    #[arg(
+        long = "export-ro",
+        value_name = "NAME=PATH[,uuid=UUID][,serial=SERIAL]"
+    )]
     pub exports_ro: Vec<String>,
     /// Require the secret in PATH (hex, 16 to 64 bytes, not readable by others) from clients
     /// of export NAME (overrides the export's secret_file). Repeatable.
@@ -364,6 +369,10 @@ pub struct ExportConf {
     pub break_lock: Option<bool>,
     /// RBD exports: one of several gateways to the image (see --gateway).
     pub gateway: Option<bool>,
+    /// The export's UUID (identity.rs says what it is without one).
+    pub uuid: Option<String>,
+    /// The export's serial (default: from the UUID).
+    pub serial: Option<String>,
 }
 
 /// One `[[host]]` table: a client host with a key of its own.
@@ -481,6 +490,9 @@ pub struct ExportSpec {
     pub exclusive: bool,
     pub secret: Option<Secret>,
     pub insecure: bool,
+    /// Configured identity (identity.rs).
+    pub uuid: Option<rdmadisk_proto::wire::Uuid>,
+    pub serial: Option<rdmadisk_proto::wire::Serial>,
 }
 
 /// The merged configuration.
@@ -565,8 +577,19 @@ impl fmt::Display for Problems {
 }
 
 fn parse_export(s: &str, flag: &str, read_only: bool) -> Result<ExportConf, String> {
-    let bad = || format!("{flag} {s:?}: expected NAME=PATH");
-    let (name, path) = s.split_once('=').ok_or_else(bad)?;
+    let bad = || format!("{flag} {s:?}: expected NAME=PATH[,uuid=UUID][,serial=SERIAL]");
+    let (name, rest) = s.split_once('=').ok_or_else(bad)?;
+    // Trailing `,uuid=` and `,serial=` options; a comma followed by anything else stays in
+    // the path.
+    let (mut path, mut uuid, mut serial) = (rest, None, None);
+    while let Some((head, opt)) = path.rsplit_once(',') {
+        match opt.split_once('=') {
+            Some(("uuid", v)) if uuid.is_none() => uuid = Some(v.to_string()),
+            Some(("serial", v)) if serial.is_none() => serial = Some(v.to_string()),
+            _ => break,
+        }
+        path = head;
+    }
     if name.is_empty() || path.is_empty() {
         return Err(bad());
     }
@@ -583,6 +606,8 @@ fn parse_export(s: &str, flag: &str, read_only: bool) -> Result<ExportConf, Stri
         ceph_keyring: None,
         break_lock: None,
         gateway: None,
+        uuid,
+        serial,
     })
 }
 
@@ -931,7 +956,30 @@ impl Config {
                 exclusive,
                 secret,
                 insecure: args.insecure.contains(&e.name) || e.insecure.unwrap_or(false),
+                uuid: e.uuid.as_ref().and_then(|u| {
+                    p.take(
+                        crate::identity::parse_uuid(&format!("export {}", e.name), u).map(Some),
+                        None,
+                    )
+                }),
+                serial: e.serial.as_ref().and_then(|v| {
+                    p.take(
+                        crate::identity::parse_serial(&format!("export {}", e.name), v).map(Some),
+                        None,
+                    )
+                }),
             });
+        }
+        for (i, a) in specs.iter().enumerate() {
+            if let Some(b) = specs[..i]
+                .iter()
+                .find(|b| a.uuid.is_some() && b.uuid == a.uuid)
+            {
+                p.add(format!(
+                    "exports {} and {} have the same uuid",
+                    b.name, a.name
+                ));
+            }
         }
         let buffer_memory = p.take(
             range(
@@ -1591,6 +1639,39 @@ path = "/tmp/a.img"
     }
 
     #[test]
+    fn export_flag_takes_an_identity() {
+        let e = parse_export(
+            "a=/srv/a,b.img,serial=SN1,uuid=0123abcd-4567-89ef-0011-223344556677",
+            "--export",
+            false,
+        )
+        .unwrap();
+        assert_eq!(e.path, PathBuf::from("/srv/a,b.img"));
+        assert_eq!(e.serial.as_deref(), Some("SN1"));
+        assert_eq!(
+            e.uuid.as_deref(),
+            Some("0123abcd-4567-89ef-0011-223344556677")
+        );
+        let plain = parse_export("a=/srv/a,uuid", "--export", false).unwrap();
+        assert_eq!(plain.path, PathBuf::from("/srv/a,uuid"));
+        assert_eq!(plain.uuid, None);
+        assert!(parse_export("a=,uuid=x", "--export", false).is_err());
+        let args = |exports: Vec<String>| Args {
+            exports,
+            allow_any: true,
+            ..Args::default()
+        };
+        let (_, p) = Config::load_all(&args(vec![
+            "a=/dev/null,uuid=nope,serial=a b".into(),
+            "b=/dev/null,uuid=0123abcd-4567-89ef-0011-223344556677".into(),
+            "c=/dev/null,uuid=0123ABCD-4567-89ef-0011-223344556677".into(),
+        ]));
+        assert!(p.contains("export a: uuid \"nope\""), "{p}");
+        assert!(p.contains("export a: serial \"a b\""), "{p}");
+        assert!(p.contains("exports b and c have the same uuid"), "{p}");
+    }
+
+    #[test]
     fn the_example_file_is_complete_and_valid() {
         let text = include_str!("../rdmadisk-target.example.toml");
         // Its commented-out settings ("#key = ...") too: they must be real keys.
@@ -1611,7 +1692,7 @@ path = "/tmp/a.img"
             "[[host]]\nname = \"a\"\naddress = \"192.0.2.1\"\nsecret_file = \"k\"\nzzz = 1",
         );
         assert!(
-            top.len() > 20 && export.len() == 12 && host.len() == 4,
+            top.len() > 20 && export.len() == 14 && host.len() == 4,
             "{top:?} {export:?} {host:?}"
         );
         for k in top.iter().chain(&export).chain(&host) {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use rdmadisk_net::allow::AllowList;
 use rdmadisk_proto::auth::{self, Endpoint, Secret, Side, Transcript};
 use rdmadisk_proto::wire::{
-    features, hello_flags, AuthReply, AuthRequest, Hello, HelloReply, HelloStatus, Opcode, Request,
-    Response, Status, CHALLENGE_LEN, SECTOR_SHIFT, SECTOR_SIZE,
+    features, hello_caps, hello_flags, AuthReply, AuthRequest, Hello, HelloReply, HelloStatus,
+    Opcode, Request, Response, Status, CHALLENGE_LEN, SECTOR_SHIFT, SECTOR_SIZE,
 };
 
 use crate::export::{Export, Exports};
@@ -127,6 +127,20 @@ pub struct Attached {
     /// A key protects the connection: it serves nothing until the client answers this
     /// challenge (sent in the HelloReply).
     pub challenge: Option<Challenge>,
+    /// The client takes the export's identity in the reply (`hello_caps::IDENTITY`).
+    pub identity: bool,
+}
+
+impl Attached {
+    /// The HelloReply for this attachment: the export's identity only to a client that asked
+    /// for it (an older one would not read the longer reply).
+    pub fn reply(&self, t: &Target) -> HelloReply {
+        let r = t.hello_reply(&self.export, self.challenge.as_ref());
+        HelloReply {
+            identity: r.identity.filter(|_| self.identity),
+            ..r
+        }
+    }
 }
 
 /// What a client must prove on a connection that a key protects, and what the target proves
@@ -600,6 +614,7 @@ impl Target {
             fence,
             writes: writes && fenced.is_none(),
             challenge,
+            identity: hello.caps & hello_caps::IDENTITY != 0,
         })
     }
 
@@ -671,6 +686,7 @@ impl Target {
             // Set by the RDMA transport, which sizes its receives for it.
             max_inline: 0,
             session_floor: 0,
+            identity: Some(e.identity),
         }
     }
 

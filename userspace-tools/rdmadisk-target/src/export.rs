@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rdmadisk_net::allow::AllowList;
 use rdmadisk_proto::auth::Secret;
+use rdmadisk_proto::wire::Identity;
 
 use crate::backing::{Backing, Geometry};
 use crate::registry::{ClientTotals, Counters};
@@ -29,6 +30,8 @@ pub struct Export {
     pub insecure: bool,
     /// Read-write attachment is exclusive to one client host at a time.
     pub exclusive: bool,
+    /// Its UUID and serial (identity.rs), sent to clients that ask.
+    pub identity: Identity,
     /// The host holding the export read-write, and its connections (exclusive exports).
     owner: Mutex<Option<(IpAddr, usize)>>,
     /// The first writeback error (an errno), sticky: once a write or flush has failed, every
@@ -146,6 +149,10 @@ impl Export {
             secret,
             insecure,
             exclusive,
+            identity: Identity {
+                uuid: crate::identity::derived(&format!("name:{name}")),
+                serial: crate::identity::derived(&format!("name:{name}")).default_serial(),
+            },
             owner: Mutex::new(None),
             error: AtomicI32::new(0),
             syncs: Mutex::new(Syncs::default()),
@@ -168,6 +175,12 @@ impl Export {
     /// Replaces its allow-list (a reload).
     pub fn set_allow(&self, allow: Option<AllowList>) {
         *self.allow.write().unwrap_or_else(PoisonError::into_inner) = allow;
+    }
+
+    /// The export with `id` as its identity, in place of one derived from its name.
+    pub fn with_identity(mut self, id: Identity) -> Export {
+        self.identity = id;
+        self
     }
 
     /// The name, as the fence table keys it.

@@ -28,6 +28,7 @@ mod engine;
 mod export;
 mod fence_table;
 mod hostile;
+mod identity;
 mod logging;
 mod metrics;
 mod notify;
@@ -235,6 +236,15 @@ pub(crate) fn open_export(e: &ExportSpec, direct: bool) -> Result<Export, String
         if g.capacity == 0 {
             return Err(format!("export {}: {} is empty", e.name, e.path.display()));
         }
+        let block_device = e.rbd.is_none()
+            && std::fs::metadata(&e.path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()));
+        let (id, from) = identity::resolve(e, block_device)
+            .map_err(|err| format!("export {}: {err}", e.name))?;
+        say(&format!(
+            "export {}: uuid {} ({from}), serial {}",
+            e.name, id.uuid, id.serial
+        ));
         Ok(Export::new(
             &e.name,
             b,
@@ -243,7 +253,8 @@ pub(crate) fn open_export(e: &ExportSpec, direct: bool) -> Result<Export, String
             e.secret.clone(),
             e.insecure,
             e.exclusive,
-        ))
+        )
+        .with_identity(id))
     }
 }
 

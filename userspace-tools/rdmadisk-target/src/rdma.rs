@@ -245,7 +245,7 @@ fn refuse(id: &CmId, peer: &str, st: HelloStatus, why: &str) {
 
 fn refuse_with(id: &CmId, peer: &str, reply: &HelloReply, why: &str) {
     log::warn!("rdma: refused connection from {peer}: {why}");
-    if let Err(e) = id.reject(&reply.to_bytes()) {
+    if let Err(e) = id.reject(reply.to_bytes().as_bytes()) {
         log::warn!("rdma: rdma_reject failed: {e}");
     }
 }
@@ -396,7 +396,11 @@ fn setup(
     let recv_wr = credits as u32;
     let fail = |id: CmId, why: String| {
         log::error!("rdma: cannot set up a connection for {peer}: {why}");
-        let _ = id.reject(&HelloReply::rejected(HelloStatus::Busy).to_bytes());
+        let _ = id.reject(
+            HelloReply::rejected(HelloStatus::Busy)
+                .to_bytes()
+                .as_bytes(),
+        );
         // `id` (and a QP made on it) goes here, before the buffers its receives named.
         drop(id);
         Err(())
@@ -464,7 +468,7 @@ fn setup(
         }
         let reply = HelloReply {
             max_inline: t.limits.inline_max,
-            ..t.hello_reply(&a.export, a.challenge.as_ref())
+            ..a.reply(t)
         }
         .to_bytes();
         // `ack_timeout_exp` (config.rs, DEFAULT_ACK_TIMEOUT_EXP says why 0.54 s): how long an
@@ -472,7 +476,7 @@ fn setup(
         // bound a peer that is really gone.
         id.set_ack_timeout(t.limits.ack_timeout_exp)?;
         id.accept(&ConnParams {
-            private_data: &reply,
+            private_data: reply.as_bytes(),
             responder_resources: 0xff,
             initiator_depth: l.max_qp_init_rd_atom.min(0xff) as u8,
             retry_count: 7,

@@ -265,8 +265,7 @@ fn connection(
         return;
     }
     let _ = s.set_write_timeout(Some(t.limits.send_timeout));
-    if framing::write_hello_reply(&mut s, &t.hello_reply(&a.export, a.challenge.as_ref())).is_err()
-    {
+    if framing::write_hello_reply(&mut s, &a.reply(&t)).is_err() {
         return;
     }
     log::info!(

@@ -71,6 +71,7 @@ pub fn core(t: &Arc<Target>, export: &str, queue: u16, pool: &Arc<Pool>) -> Core
         queue_id: queue,
         queue_count: 8,
         recv_credits: 32,
+        caps: 0,
         session_id: 1,
         epoch: 0,
         export: ExportName::new(export.as_bytes()).unwrap(),

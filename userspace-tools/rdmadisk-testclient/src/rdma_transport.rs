@@ -229,6 +229,7 @@ impl Rdma {
             queue_id: 0,
             queue_count: 1,
             recv_credits: receiver.take_grant(),
+            caps: 0,
             session_id: o.session_id,
             epoch: o.epoch,
             export,
@@ -374,6 +375,7 @@ impl Rdma {
             queue_id: 0,
             queue_count: 1,
             recv_credits: 0,
+            caps: 0,
             session_id: o.session_id,
             epoch: o.epoch,
             export: ExportName::new(o.export.as_bytes())

@@ -24,6 +24,9 @@ const IDENTITY: &[&str] = &[
     "poll_queues",
     "ro",
     "secret",
+    "serial",
+    "uuid",
+    "wwid",
 ];
 /// How the disk is doing now.
 const STATUS: &[&str] = &[

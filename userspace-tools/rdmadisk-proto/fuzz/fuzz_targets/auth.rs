@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
         queue_id: u16::from(rest[0] % 4),
         queue_count: 4,
         recv_credits: 64,
+        caps: 0,
         session_id: u32::from(rest[0]) << 8 | 1,
         epoch: 7,
         export: ExportName::new(b"vol0").unwrap(),

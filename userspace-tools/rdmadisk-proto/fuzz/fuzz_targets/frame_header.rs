@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         }
         FrameKind::HelloReply => {
             if let Ok(m) = HelloReply::decode(msg) {
-                assert_eq!(HelloReply::decode(&m.to_bytes()), Ok(m));
+                assert_eq!(HelloReply::decode(m.to_bytes().as_bytes()), Ok(m));
             }
         }
         FrameKind::Request => {
