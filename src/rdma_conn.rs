@@ -28,8 +28,6 @@ use crate::kapi::verbs::{Cq, DeviceRef, Pd, PollCtx};
 use crate::proto::auth::Endpoint;
 use crate::proto::wire::{hello_caps, ExportName, Hello, HelloReply, HelloStatus};
 
-/// Address and route resolution each; shorter than any budget so that an unreachable host is
-/// reported as such rather than as the budget running out.
 /// What a connect gets when nothing listens for rdma_cm on the target's port (the CM's own
 /// reject, with no target's reply in it): not a refusal of the export, so a map goes on to
 /// TCP; a reconnect counts it as a refusal (`is_refusal`).
@@ -43,6 +41,8 @@ pub(crate) fn is_refusal(e: Error) -> bool {
     e == errno(kb::ECONNREFUSED) || e == no_rdma_listener()
 }
 
+/// Address and route resolution each; shorter than any budget so that an unreachable host is
+/// reported as such rather than as the budget running out.
 const RESOLVE_MS: u32 = 3_000;
 /// Local ACK timeout exponent: 4.096 us * 2^17, about 0.54 s: what rdma_cm gives a RoCE
 /// connection that sets none (the peers') and what the target uses. Far above any

@@ -307,9 +307,9 @@ impl DiskDev {
     /// and so is a target that now reports another capacity, other block sizes, another
     /// read-only flag, a smaller largest request, or another export UUID. One exception: an
     /// export that may grow while served (`features::RESIZE`, an RBD image) may have grown
-    /// while the disk was away, and the disk grows to it once the set is installed. A file that changed size across a
-    /// target restart is still refused: it is more likely the wrong file than a resize. The
-    /// session keeps trying; the loss timeout bounds it.
+    /// while the disk was away, and the disk grows to it once the set is installed. A file
+    /// that changed size across a target restart is still refused: it is more likely the wrong
+    /// file than a resize. The session keeps trying; the loss timeout bounds it.
     fn check_reply(&self, reply: &HelloReply, max_io: u32) -> Result {
         let need = self
             .info
@@ -565,8 +565,8 @@ impl DiskDev {
     /// path, no answer, no RDMA listener on the port: a target started before its RDMA device
     /// or without RDMA) and the target answers there. The target's refusal (`ECONNREFUSED`:
     /// its refusing reply) is final. If TCP fails too, the RDMA attempt's error is the map's
-    /// (`ECONNREFUSED` for no listener: nothing there would have it), unless the target's
-    /// fence refused the session there (`ESTALE`, after asking above it once).
+    /// (TCP's when nothing listened on RDMA: it says more), unless the target's fence refused
+    /// the session there (`ESTALE`, after asking above it once).
     fn attach_first_set(self: &Arc<Self>) {
         let epoch = self.next_epoch();
         let budget = self.budget_ms();
@@ -597,7 +597,9 @@ impl DiskDev {
                     }
                     // Refused by the fence there: that is the map's answer, not RDMA's.
                     Err(t) if t == estale => Err(t),
-                    Err(_) if e == no_rdma_listener() => Err(errno(kernel::bindings::ECONNREFUSED)),
+                    // Nothing listened on RDMA: TCP's answer is the map's (a refusal, a
+                    // wrong key, a target that is no gateway...).
+                    Err(t) if e == no_rdma_listener() => Err(t),
                     Err(_) => Err(e),
                 }
             }

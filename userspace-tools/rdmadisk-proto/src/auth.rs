@@ -241,8 +241,9 @@ impl Endpoint {
 /// What a proof is bound to: the connection's Hello, both nonces and both endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transcript {
-    /// The Hello as encoded by [`Hello::to_bytes`] (reserved bytes zero), so both sides hash
-    /// the same bytes whatever reserved bits travelled.
+    /// The Hello as encoded by [`Hello::to_bytes`] with its `caps` zero (reserved bytes zero
+    /// too), so both sides hash the same bytes whatever reserved bits travelled: a target that
+    /// predates `caps` re-encodes it as zero.
     pub hello: [u8; HELLO_LEN],
     /// The target's challenge ([`HelloReply::challenge`](super::wire::HelloReply)).
     pub target_nonce: [u8; CHALLENGE_LEN],
@@ -261,7 +262,7 @@ impl Transcript {
         target: Endpoint,
     ) -> Transcript {
         Transcript {
-            hello: hello.to_bytes(),
+            hello: Hello { caps: 0, ..*hello }.to_bytes(),
             target_nonce,
             client_nonce,
             client,
@@ -801,5 +802,15 @@ mod tests {
                 "{c:?}"
             );
         }
+        // What the client can take in the reply is not bound: a target that predates `caps`
+        // re-encodes it as zero, and its proof must still match a client that set a bit.
+        let with_caps = Hello {
+            caps: super::super::wire::hello_caps::IDENTITY,
+            ..h
+        };
+        assert_eq!(
+            proof(&[9; 32], Side::Client, &t(&with_caps)),
+            proof(&[9; 32], Side::Client, &t(&h))
+        );
     }
 }

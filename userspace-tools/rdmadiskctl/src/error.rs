@@ -192,6 +192,7 @@ fn errno_name(n: i32) -> Option<&'static str> {
         28 => "ENOSPC",
         27 => "EFBIG",
         71 => "EPROTO",
+        93 => "EPROTONOSUPPORT",
         95 => "EOPNOTSUPP",
         103 => "ECONNABORTED",
         104 => "ECONNRESET",
