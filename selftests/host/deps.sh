@@ -15,11 +15,13 @@ PKGS=(
   qemu-system-x86 busybox-static
   rdma-core ibverbs-utils ibverbs-providers libibverbs-dev librdmacm-dev librdmacm1 rdmacm-utils
   perftest iproute2 fio libaio-dev dpkg-dev e2fsprogs nftables iptables kmod procps psmisc
-  nvme-cli python3-matplotlib dkms tmux
+  nvme-cli python3-matplotlib python3-prometheus-client dkms tmux
   ceph-mon ceph-osd ceph-common
 )
 
-/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || apt-get install -y -qq --no-install-recommends python3-prometheus-client # tests/92: the VMs' python3
+# Test 92 parses the target's metrics with the VMs' python3 (Debian's, not a PyPI install); before
+# the stamp's check, so that a host set up before it gets it too.
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || apt_install python3-prometheus-client
 
 if [ -f "$STAMP" ] && [ -x "$CACHE/bin/bindgen" ] && [ -x /usr/bin/rustc ] && command -v vng >/dev/null; then
   exit 0

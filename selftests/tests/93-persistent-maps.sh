@@ -1,4 +1,4 @@
-# Persistent maps: rdmadisk.service's own ExecStart and ExecStop lines, run in the compute VM
+# Persistent maps: rdmadisk.service's own ExecStart and ExecStopPost lines, run in the compute VM
 # against a disks.conf of the test's (RDMADISK_DISKS_CONF), map and unmap its disks, and an
 # fstab line with UUID= and _netdev mounts one of them.
 #
@@ -12,7 +12,7 @@
 # - mkfs.ext4 on d93b, then `mount -T FSTAB /mnt/t93` of a line `UUID=<its uuid> /mnt/t93
 #   ext4 _netdev 0 0` mounts it; a file written, unmounted, mounted the same way again, reads
 #   back the same;
-# - the unit's ExecStop unmaps both: they leave /sys/block and /dev, and no disk is mapped.
+# - the unit's ExecStopPost unmaps both: they leave /sys/block and /dev, and no disk is mapped.
 # timeout: 300
 
 # shellcheck shell=bash source-path=SCRIPTDIR source=lib/disk.sh disable=SC2317 # "return || exit": sourced by run.sh
@@ -33,9 +33,9 @@ unit_cmd() {
   [ "${prog##*/}" = rdmadiskctl ] || return 1
   echo "$CTL${line#"$prog"}"
 }
-START=$(unit_cmd ExecStart) STOP=$(unit_cmd ExecStop)
+START=$(unit_cmd ExecStart) STOP=$(unit_cmd ExecStopPost)
 [ -n "$START" ] && [ -n "$STOP" ]
-if ! res $? "the unit's ExecStart and ExecStop run rdmadiskctl: '${START#"$CTL "}', '${STOP#"$CTL "}'"; then
+if ! res $? "the unit's ExecStart and ExecStopPost run rdmadiskctl: '${START#"$CTL "}', '${STOP#"$CTL "}'"; then
   return 0 2>/dev/null || exit 0
 fi
 CONF=$TB_DIR/$DK_ID.disks.conf BAD=$TB_DIR/$DK_ID.bad.conf FSTAB=$TB_DIR/$DK_ID.fstab
@@ -102,6 +102,6 @@ res $? "fstab 'UUID=$uuid /mnt/t93 ext4 _netdev 0 0': mount -T mounted /dev/$dev
 
 out=$(vm "RDMADISK_DISKS_CONF=$CONF $STOP")
 [ "$(rc_of "$out")" = 0 ] && dk_gone "${deva:-none}" 30 && dk_gone "${devb:-none}" 30 && [ -z "$(names)" ]
-res $? "ExecStop: $(grep -c '^unmapped' <<<"$out") unmapped, /dev/$deva and /dev/$devb gone, mapped: '$(names)'" ||
+res $? "ExecStopPost: $(grep -c '^unmapped' <<<"$out") unmapped, /dev/$deva and /dev/$devb gone, mapped: '$(names)'" ||
   printf '%s\n' "$out" | indent
 dk_cleanup

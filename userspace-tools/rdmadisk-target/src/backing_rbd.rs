@@ -301,7 +301,7 @@ impl RbdBacking {
 /// reads the size. It ends when the image closes: the watch, and the sender it holds, go then.
 /// The thread holds the image only while it reads the size; should the backing be dropped
 /// meanwhile, the image closes (and its lock goes) when that read returns. The target drops
-/// its backings only as it exits.
+/// a backing as it exits, or when a reload removed its export and its last connection ended.
 fn watch_size(image: &Arc<Image>, spec: &RbdSpec, capacity: &Arc<AtomicU64>) -> io::Result<()> {
     let (tx, rx) = mpsc::channel::<()>();
     let (weak, capacity) = (Arc::downgrade(image), capacity.clone());

@@ -241,12 +241,22 @@ impl Core {
     /// Lists the connection among the attached ones (`rdmadisk-target clients`), until it
     /// ends.
     pub fn register(&mut self, a: Attach) {
-        self.registered = Some(self.t.registry.add(
+        let r = self.t.registry.add(
             a,
             self.counters.clone(),
             &self.export.client_totals,
             self.kick.clone(),
-        ));
+        );
+        // The lists were checked at attach, before this entry existed: a reload that changed
+        // them in between scanned the registry without it. A reload changes the lists before
+        // its scan, so looking again now leaves no gap (the scan's own rule, `reload.rs`).
+        if let Some(ip) = r.client.ip() {
+            if !self.t.admits(ip) || !self.export.allows(ip) {
+                r.client
+                    .evict("its address is no longer on the allow-list (a reload)");
+            }
+        }
+        self.registered = Some(r);
     }
 
     /// Why the target ends this connection, if it does: a reload removed its export or no

@@ -433,12 +433,14 @@ impl Target {
     /// they end (see [`crate::registry::Registry::evict`]).
     pub fn change_exports(&self, add: Vec<Export>, remove: &[String]) {
         let mut m = self.exports.write().unwrap_or_else(PoisonError::into_inner);
-        for n in remove {
-            m.remove(n);
-        }
+        // Dropped after the lock: the last reference to an RBD export closes its image, a
+        // network round trip that every Hello's lookup would otherwise wait for.
+        let gone: Vec<Arc<Export>> = remove.iter().filter_map(|n| m.remove(n)).collect();
         for e in add {
             m.insert(e.name.clone(), Arc::new(e));
         }
+        drop(m);
+        drop(gone);
     }
 
     /// A place for one more connection from `ip` under the caps, or `None` (counted).

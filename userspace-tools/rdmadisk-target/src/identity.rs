@@ -77,10 +77,18 @@ fn kept(side: &Path) -> Result<Uuid, String> {
     writeln!(tmp, "{u}")
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(|e| format!("{}: {e}", side.display()))?;
-    // Two targets starting at once on one file: the first rename wins for later starts; each
-    // reads back what is there now.
-    tmp.persist(side)
-        .map_err(|e| format!("{}: {}", side.display(), e.error))?;
+    // Two targets starting at once on one file: the first link wins, and the other reads back
+    // what is there (a rename would let the last one win after the first had read its own).
+    match tmp.persist_noclobber(side) {
+        Ok(_) => {
+            // The new name survives a power loss with its directory's entry.
+            if let Some(d) = dir {
+                let _ = std::fs::File::open(d).and_then(|f| f.sync_all());
+            }
+        }
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("{}: {}", side.display(), e.error)),
+    }
     let text = std::fs::read_to_string(side).map_err(|e| format!("{}: {e}", side.display()))?;
     Uuid::parse(text.trim()).ok_or_else(|| format!("{}: not a UUID", side.display()))
 }

@@ -302,14 +302,23 @@ pub fn serve(t: Arc<Target>, up: Arc<Up>, l: TcpListener) {
 }
 
 /// One HTTP request, one answer, then the connection closes. A scraper that does not send
-/// its request within a second gets nothing (one thread serves them all).
+/// its whole request within a second gets nothing (one thread serves them all, so the second
+/// bounds the request, not each read: a byte at a time would otherwise hold it for hours).
 fn answer(t: &Target, up: &Up, mut s: TcpStream) -> io::Result<()> {
     s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(1)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let end = std::time::Instant::now() + Duration::from_secs(1);
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 << 10 {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no whole request within 1 s",
+            ));
+        }
+        s.set_read_timeout(Some(left))?;
         let n = s.read(&mut buf)?;
         if n == 0 {
             break;

@@ -140,7 +140,7 @@ impl Client {
             .clone()
     }
 
-    fn evict(&self, why: &str) {
+    pub fn evict(&self, why: &str) {
         *self.evicted.lock().unwrap_or_else(PoisonError::into_inner) = Some(why.to_string());
         self.evicting.store(true, Ordering::SeqCst);
         if let Some(k) = &self.kick {

@@ -61,6 +61,14 @@ fn export_change(old: &ExportSpec, new: &ExportSpec) -> Vec<&'static str> {
     if key(old) != key(new) {
         why.push("secret_file (the key)");
     }
+    // The identity mapped disks hold it to: they refuse another uuid (docs/design.md,
+    // "Identity"), so it is never swapped under them.
+    if old.uuid != new.uuid {
+        why.push("uuid");
+    }
+    if old.serial != new.serial {
+        why.push("serial");
+    }
     why
 }
 

@@ -227,7 +227,9 @@ pub fn map_all(sysfs: &Sysfs, entries: &[Entry]) -> Result<Outcome> {
 }
 
 /// `unmap-all`: unmaps each disk of the file that is mapped, last line first; disks mapped
-/// by hand (not in the file) are left alone. A module that is not loaded has nothing mapped.
+/// by hand (not in the file, or under a name of the file but to another export, which
+/// `map-all` refuses as not the file's) are left alone. A module that is not loaded has
+/// nothing mapped.
 pub fn unmap_all(sysfs: &Sysfs, entries: &[Entry], force: bool) -> Result<Outcome> {
     let mapped = match disk::list(sysfs) {
         Err(Error::NotLoaded { .. }) => return Ok(Outcome::default()),
@@ -236,7 +238,10 @@ pub fn unmap_all(sysfs: &Sysfs, entries: &[Entry], force: bool) -> Result<Outcom
     let mut o = Outcome::default();
     for e in entries.iter().rev() {
         let name = &e.req.name;
-        if !mapped.iter().any(|d| &d.name == name) {
+        if !mapped
+            .iter()
+            .any(|d| &d.name == name && d.export == e.req.export)
+        {
             continue;
         }
         match map::unmap(sysfs, name, force) {
