@@ -523,11 +523,15 @@ PY
 }
 
 # bp_diag SYSTEM QD: one more 4 KiB random-read job at depth QD on SYSTEM, with the storage VM's
-# sched (wakeup, switch) and raw_syscalls tracepoints recorded over the same window as bp_job's
-# (a second and a half in, BP_SECS - 1 s long). bench/trace_stats.py turns the trace into a
-# sample: system calls and wake-ups per I/O (rdmadisk's target's threads, and the whole VM) and
-# how long a woken task waited for the CPU, with what ran meanwhile. Tracing costs time per
-# event, so these jobs' own figures enter no table.
+# sched (wakeup, switch) and raw_syscalls tracepoints recorded around it. The steps run one after
+# the other from here: tracing on, then the whole fio run with the disk's I/O count read before
+# and after it, then tracing off. A window timed inside each VM on its own missed the job
+# whenever fio took longer than the pause to start (it did on a slower host: 0 I/Os counted), so
+# the trace now brackets the job, and the per-I/O figures include its start and the second or so
+# either side of it. bench/trace_stats.py turns the trace into a sample: system calls and
+# wake-ups per I/O (rdmadisk's target's threads, and the whole VM) and how long a woken task
+# waited for the CPU, with what ran meanwhile. Tracing costs time per event, so these jobs' own
+# figures enter no table.
 bp_diag() {
   local sys=$1 qd=$2 dev=${BP_DEV[$1]} out=$TB_DIR/bench-diag-$1-qd$2
   [[ $sys != rdmadisk-* ]] || bp_on_transport "$sys" || return 1
@@ -535,27 +539,24 @@ bp_diag() {
 T=/sys/kernel/tracing
 [ -e \$T/trace ] || mount -t tracefs nodev \$T || exit 1
 rm -f $out.trace
-echo 0 >\$T/tracing_on; echo >\$T/trace; echo 16384 >\$T/buffer_size_kb
+echo 0 >\$T/tracing_on; echo >\$T/trace; echo 32768 >\$T/buffer_size_kb
 echo 'sched:sched_wakeup sched:sched_wakeup_new sched:sched_switch raw_syscalls:sys_enter' >\$T/set_event || exit 1
-pause 1.5
 tids=; read -r p 2>/dev/null <$DK_TPID && [ -d /proc/\$p ] && tids=\$(ls /proc/\$p/task | tr '\n' ' ')
-echo 1 >\$T/tracing_on
-pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
-echo 0 >\$T/tracing_on
-{ echo \"# target tids: \$tids\"; echo \"# overrun: \$(awk '\$1 == \"overrun:\" { n += \$2 } END { print n + 0 }' \$T/per_cpu/cpu*/stats)\"; cat \$T/trace; } >$out.trace
-echo >\$T/set_event; echo >\$T/trace" >/dev/null 2>&1 &
-  local spid=$!
+echo \"# target tids: \$tids\" >$out.trace
+echo 1 >\$T/tracing_on" >/dev/null 2>&1 || { echo "  no diagnostic sample: tracing would not start"; return 1; }
   on compute "$DK_VM_DEFS
 rm -f $out.ios
-timeout $((BP_SECS + 120)) fio --name=diag --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
-  --time_based --ramp_time=1 --runtime=$BP_SECS --rw=randread --bs=4k --iodepth=$qd >/dev/null 2>&1 &
-p=\$!
-pause 1.5
 read -r r _ _ _ w _ </sys/block/$dev/stat; n0=\$((r + w))
-pause $((BP_SECS > 2 ? BP_SECS - 1 : 1))
+timeout $((BP_SECS + 120)) fio --name=diag --filename=/dev/$dev --ioengine=libaio --direct=1 --allow_file_create=0 --size=32M \
+  --time_based --runtime=$BP_SECS --rw=randread --bs=4k --iodepth=$qd >/dev/null 2>&1; rc=\$?
 read -r r _ _ _ w _ </sys/block/$dev/stat; echo \$((r + w - n0)) >$out.ios
-wait \$p" || { wait $spid; return 1; }
-  wait $spid
+exit \$rc"
+  local rc=$?
+  on storage "T=/sys/kernel/tracing
+echo 0 >\$T/tracing_on
+{ echo \"# overrun: \$(awk '\$1 == \"overrun:\" { n += \$2 } END { print n + 0 }' \$T/per_cpu/cpu*/stats)\"; cat \$T/trace; } >>$out.trace
+echo >\$T/set_event; echo >\$T/trace" >/dev/null 2>&1
+  [ $rc = 0 ] || { echo "  no diagnostic sample: fio on /dev/$dev exited $rc"; return 1; }
   python3 "$TB_REPO/selftests/bench/trace_stats.py" "$out.trace" "$(cat "$out.ios")" "$sys" "rr4k_qd$qd" >>"$BP_SAMPLES" ||
     { echo "  no diagnostic sample: $out.trace unreadable"; return 1; }
   tail -n1 "$BP_SAMPLES" | sed 's/^/  /'
