@@ -147,7 +147,8 @@ SYSCONFDIR ?= /etc
 BINS := rdmadiskctl rdmadisk-target
 UNITS := $(wildcard userspace-tools/systemd/*.service) userspace-tools/rdmadisk-target/rdmadisk-target.service
 UDEV_RULES := $(wildcard userspace-tools/udev/*.rules)
-DOCS := userspace-tools/rdmadiskctl/disks.conf.example userspace-tools/rdmadisk-target/rdmadisk-target.example.toml
+DOCS := userspace-tools/rdmadiskctl/disks.conf.example userspace-tools/rdmadisk-target/rdmadisk-target.example.toml \
+	userspace-tools/rdmadisk-target/target.quickstart.toml
 MODVER = $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"$$/\1/p' dkms.conf)
 
 install: install-userspace install-module

@@ -1720,6 +1720,26 @@ path = "/tmp/a.img"
     }
 
     #[test]
+    fn the_quickstart_file_is_valid() {
+        // The README's quick start installs it as it is (test 96 runs it in the bed).
+        let text = include_str!("../target.quickstart.toml");
+        let parsed: FileConf = toml::from_str(text).unwrap();
+        assert_eq!((parsed.export.len(), parsed.host.len()), (1, 1));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("target.toml");
+        std::fs::write(&p, text).unwrap();
+        let problems = Config::load(&Args {
+            config: Some(p),
+            ..Args::default()
+        })
+        .expect_err("its key file is not on this host");
+        assert!(
+            problems.0.iter().all(|e| e.contains("key file")),
+            "{problems}"
+        );
+    }
+
+    #[test]
     fn rejects_bad_config() {
         assert!(Config::load(&Args::default()).is_err());
         for bad in [
