@@ -79,6 +79,8 @@ unsigned int rdmadisk_raw_smp_processor_id(void);
 int rdmadisk_sk_stream_wspace(const struct sock *sk);
 void rdmadisk_kunmap_local(const void *addr);
 struct kobject *rdmadisk_disk_kobj(struct gendisk *disk);
+struct device *rdmadisk_disk_to_dev(struct gendisk *disk);
+const struct class *rdmadisk_disk_class(struct gendisk *disk);
 struct gendisk *rdmadisk_dev_to_disk(struct device *dev);
 unsigned long rdmadisk_msecs_to_jiffies(unsigned int ms);
 unsigned int rdmadisk_disk_openers(struct gendisk *disk);

@@ -168,6 +168,16 @@ struct kobject *rdmadisk_disk_kobj(struct gendisk *disk)
 	return &disk_to_dev(disk)->kobj;
 }
 
+struct device *rdmadisk_disk_to_dev(struct gendisk *disk)
+{
+	return disk_to_dev(disk);
+}
+
+const struct class *rdmadisk_disk_class(struct gendisk *disk)
+{
+	return disk_to_dev(disk)->class;
+}
+
 struct gendisk *rdmadisk_dev_to_disk(struct device *dev)
 {
 	return dev_to_disk(dev);

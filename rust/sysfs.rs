@@ -212,19 +212,59 @@ unsafe extern "C" fn store_callback<T: Send + Sync + 'static>(
 
 const MAX_ATTRS: usize = 16;
 
-/// The attribute group of a device: NUL-terminated arrays that must stay put while the
-/// device exists.
-struct Groups {
-    attrs: [*mut b::attribute; MAX_ATTRS + 1],
+/// One unnamed attribute group, and the NUL-terminated list of it that the driver core takes
+/// (`device_create_with_groups`, `device_add_disk`): self-referential arrays, pinned, that
+/// must stay put while the device has the files. `SLOTS` counts the terminating NULL, so a
+/// group holds at most `SLOTS - 1` attributes.
+pub(crate) struct AttrGroups<const SLOTS: usize> {
+    attrs: [*mut b::attribute; SLOTS],
     group: b::attribute_group,
     list: [*const b::attribute_group; 2],
     _pin: PhantomPinned,
 }
 
+impl<const SLOTS: usize> AttrGroups<SLOTS> {
+    /// `attrs` as one group; `EINVAL` if they do not fit.
+    pub(crate) fn new(
+        mut attrs: impl Iterator<Item = &'static b::attribute>,
+    ) -> Result<Pin<KBox<Self>>> {
+        const { assert!(SLOTS >= 1) };
+        let mut groups = KBox::pin(
+            Self {
+                attrs: [ptr::null_mut(); SLOTS],
+                // SAFETY: All-zero is an empty, unnamed `attribute_group`.
+                group: unsafe { core::mem::zeroed() },
+                list: [ptr::null(); 2],
+                _pin: PhantomPinned,
+            },
+            GFP_KERNEL,
+        )?;
+        // SAFETY: Only the self-referential pointers are set; nothing is moved out.
+        let g = unsafe { groups.as_mut().get_unchecked_mut() };
+        // The last slot stays the terminating NULL, whatever the iterator says of its length.
+        for (slot, attr) in g.attrs[..SLOTS - 1].iter_mut().zip(&mut attrs) {
+            // The driver core takes members as `*mut` but only reads them.
+            *slot = ptr::from_ref(attr).cast_mut();
+        }
+        if attrs.next().is_some() {
+            return Err(EINVAL);
+        }
+        g.group.attrs = g.attrs.as_mut_ptr();
+        g.list[0] = ptr::from_ref(&g.group);
+        Ok(groups)
+    }
+
+    /// The NUL-terminated list of groups, for the driver core to keep.
+    pub(crate) fn list(self: Pin<&mut Self>) -> *mut *const b::attribute_group {
+        // SAFETY: Only a pointer into the pinned value is taken; nothing is moved.
+        unsafe { self.get_unchecked_mut().list.as_mut_ptr() }
+    }
+}
+
 /// A device of a [`Class`] carrying an `Arc<T>` and a set of attributes.
 pub(crate) struct ClassDevice<T: Send + Sync + 'static> {
     dev: NonNull<b::device>,
-    _groups: Pin<KBox<Groups>>,
+    _groups: Pin<KBox<AttrGroups<{ MAX_ATTRS + 1 }>>>,
     _data: PhantomData<Arc<T>>,
 }
 
@@ -241,27 +281,7 @@ impl<T: Send + Sync + 'static> ClassDevice<T> {
         attrs: &[&'static Attr<T>],
         data: Arc<T>,
     ) -> Result<Self> {
-        if attrs.len() > MAX_ATTRS {
-            return Err(EINVAL);
-        }
-        let mut groups = KBox::pin(
-            Groups {
-                attrs: [ptr::null_mut(); MAX_ATTRS + 1],
-                // SAFETY: All-zero is an empty, unnamed `attribute_group`.
-                group: unsafe { core::mem::zeroed() },
-                list: [ptr::null(); 2],
-                _pin: PhantomPinned,
-            },
-            GFP_KERNEL,
-        )?;
-        // SAFETY: Only the self-referential pointers are set; nothing is moved out.
-        let g = unsafe { groups.as_mut().get_unchecked_mut() };
-        for (slot, attr) in g.attrs.iter_mut().zip(attrs) {
-            *slot = ptr::from_ref(&attr.raw.attr).cast_mut();
-        }
-        g.group.attrs = g.attrs.as_mut_ptr();
-        g.list[0] = ptr::from_ref(&g.group);
-
+        let mut groups = AttrGroups::new(attrs.iter().map(|&a| &a.raw.attr))?;
         let drvdata = data.into_foreign();
         // SAFETY: `class` is registered, `list` is a NUL-terminated array of groups that lives
         // (pinned) as long as the device, and `"%s"` with a NUL-terminated `name` is a valid
@@ -272,7 +292,7 @@ impl<T: Send + Sync + 'static> ClassDevice<T> {
                 ptr::null_mut(),
                 0,
                 drvdata.cast_mut(),
-                g.list.as_mut_ptr(),
+                groups.as_mut().list(),
                 c"%s".as_ptr().cast(),
                 name.as_char_ptr(),
             )

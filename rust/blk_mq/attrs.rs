@@ -114,8 +114,9 @@ impl<D: Send + Sync + 'static> DiskAttr<D> {
 
 /// A read-only attribute file of the disk's device itself, `/sys/block/<disk>/<name>`,
 /// created by `device_add_disk` with the device: it is there before the disk's add uevent,
-/// so udev rules can read it then (the `rdmadisk/` directory only follows the add). For what
-/// rules name devices by: the identity (docs/design.md, "Identity").
+/// so udev rules can read it then (the `rdmadisk/` directory is too, but for a map that
+/// overlaps another's add: `early_dir`). For what rules name devices by: the identity
+/// (docs/design.md, "Identity").
 #[repr(C)]
 pub(crate) struct DevAttr<D> {
     // First, so that the `device_attribute` pointer sysfs passes is also the `DevAttr` pointer.
@@ -140,8 +141,8 @@ impl<D: Send + Sync + 'static> DevAttr<D> {
     }
 
     /// The attribute as a group's member.
-    pub(super) fn attr_ptr(&'static self) -> *mut b::attribute {
-        ptr::from_ref(&self.raw.attr).cast_mut()
+    pub(super) fn attr(&'static self) -> &'static b::attribute {
+        &self.raw.attr
     }
 }
 

@@ -4,7 +4,7 @@
 //! requests.
 
 use core::{
-    marker::{PhantomData, PhantomPinned},
+    marker::PhantomData,
     mem,
     pin::Pin,
     ptr::{self, NonNull},
@@ -20,8 +20,10 @@ use kernel::{
 };
 
 use super::super::bindings as b;
+use super::super::sysfs::AttrGroups;
 use super::attrs::{DiskAttrs, DiskDir, MAX_DISK_ATTRS};
 use super::driver::{Driver, Ops};
+use super::early_dir::EarlyDir;
 use super::request::Area;
 
 /// Queue limits of a disk (`struct queue_limits`); 0 means the block layer's default.
@@ -270,50 +272,9 @@ impl<D: Driver> Drop for TagSet<D> {
     }
 }
 
-/// Most [`Driver::dev_attrs`].
+/// Most [`Driver::dev_attrs`]: `device_add_disk` creates them with the disk's device, from a
+/// group that must stay put until `del_gendisk` has removed the files.
 const MAX_DEV_ATTRS: usize = 8;
-
-/// The group of [`Driver::dev_attrs`] that `device_add_disk` creates with the disk's device:
-/// NUL-terminated arrays that must stay put until `del_gendisk` has removed the files.
-struct DevGroups {
-    attrs: [*mut b::attribute; MAX_DEV_ATTRS + 1],
-    group: b::attribute_group,
-    list: [*const b::attribute_group; 2],
-    _pin: PhantomPinned,
-}
-
-impl DevGroups {
-    fn new<D: Driver>() -> Result<Pin<KBox<Self>>> {
-        let attrs = D::dev_attrs();
-        if attrs.len() > MAX_DEV_ATTRS {
-            return Err(EINVAL);
-        }
-        let mut groups = KBox::pin(
-            Self {
-                attrs: [ptr::null_mut(); MAX_DEV_ATTRS + 1],
-                // SAFETY: All-zero is an empty, unnamed `attribute_group`.
-                group: unsafe { mem::zeroed() },
-                list: [ptr::null(); 2],
-                _pin: PhantomPinned,
-            },
-            GFP_KERNEL,
-        )?;
-        // SAFETY: Only the self-referential pointers are set; nothing is moved out.
-        let g = unsafe { groups.as_mut().get_unchecked_mut() };
-        for (slot, attr) in g.attrs.iter_mut().zip(attrs) {
-            *slot = attr.attr_ptr();
-        }
-        g.group.attrs = g.attrs.as_mut_ptr();
-        g.list[0] = ptr::from_ref(&g.group);
-        Ok(groups)
-    }
-
-    /// The NUL-terminated list `device_add_disk` takes (it keeps the pointer).
-    fn list(g: &mut Pin<KBox<Self>>) -> *mut *const b::attribute_group {
-        // SAFETY: Only a pointer into the pinned box is taken; nothing is moved.
-        unsafe { g.as_mut().get_unchecked_mut().list.as_mut_ptr() }
-    }
-}
 
 /// A gendisk and its queue; `added` once `device_add_disk` succeeded.
 struct GenDisk {
@@ -366,12 +327,11 @@ impl Drop for GenDisk {
 /// [`DiskAttr::wo_self_remove`]: super::DiskAttr::wo_self_remove
 pub(crate) struct Disk<D: Driver> {
     // Field order is teardown order (after `Drop::drop` has removed the directory):
-    // `del_gendisk` and `put_disk`, then the tag set, then our `Arc`.
+    // `del_gendisk` and `put_disk`, then the tag set (and its `Arc` of the driver).
     gd: GenDisk,
     // After `gd`: the device keeps pointers to these until `del_gendisk`.
-    _dev_groups: Pin<KBox<DevGroups>>,
+    _dev_groups: Pin<KBox<AttrGroups<{ MAX_DEV_ATTRS + 1 }>>>,
     _set: TagSet<D>,
-    driver: Arc<D>,
     dir: Option<DiskDir<D>>,
     /// `mark_dead` was called.
     dead: AtomicBool,
@@ -398,7 +358,7 @@ impl<D: Driver> Disk<D> {
         }
         let name = CString::try_from_fmt(kernel::fmt!("rdmadisk{}", cfg.index))?;
         // Declared before `gd`, so dropped after it on the error paths below.
-        let mut dev_groups = DevGroups::new::<D>()?;
+        let mut dev_groups = AttrGroups::new(D::dev_attrs().iter().map(|&a| a.attr()))?;
         let set = TagSet::<D>::new(cfg, driver.clone())?;
         let mut lim = cfg.limits.to_raw();
         // `LockClassKey` is a transparent wrapper of the C key (its own `as_ptr` is private to
@@ -435,23 +395,27 @@ impl<D: Driver> Disk<D> {
             b::set_capacity(disk, cfg.capacity_sectors);
             b::set_disk_ro(disk, cfg.read_only);
         }
+        // SAFETY: `disk` is allocated, and `gd` drops it only after `early` is gone (consumed
+        // by `add_disk` below).
+        let early = unsafe { EarlyDir::new(disk, driver, attrs) }?;
+        let list = dev_groups.as_mut().list();
         // SAFETY: A fully set up disk of a blk-mq queue; no parent device; the groups (of
         // `DevAttr<D>`s, whose callbacks find `D` in the queue's `queuedata`) live until after
         // `del_gendisk` (`_dev_groups` drops after `gd`).
-        kernel::error::to_result(unsafe {
-            b::device_add_disk(ptr::null_mut(), disk, DevGroups::list(&mut dev_groups))
-        })?;
+        let (ret, dir) =
+            early.add_disk(|| unsafe { b::device_add_disk(ptr::null_mut(), disk, list) });
+        kernel::error::to_result(ret)?;
         gd.added = true;
         let mut this = Self {
             gd,
             _dev_groups: dev_groups,
             _set: set,
-            driver,
             dir: None,
             dead: AtomicBool::new(false),
         };
-        // On failure, dropping `this` deletes the disk again.
-        this.dir = Some(DiskDir::new(disk, this.driver.clone(), attrs)?);
+        // Made inside `device_add_disk` (before its add uevent) or just after it. On failure,
+        // dropping `this` deletes the disk again.
+        this.dir = Some(dir.ok_or(EINVAL)??);
         Ok(this)
     }
 
@@ -523,6 +487,6 @@ impl<D: Driver> Drop for Disk<D> {
         // away with the disk's device anyway. Waits for running callbacks, except the
         // self-removing one that may be dropping us (see `DiskDir`).
         drop(self.dir.take());
-        // The fields now drop in order: `del_gendisk` + `put_disk`, the tag set, the `Arc`.
+        // The fields now drop in order: `del_gendisk` + `put_disk`, the tag set (and its `Arc`).
     }
 }

@@ -28,6 +28,7 @@
 mod attrs;
 mod disk;
 mod driver;
+mod early_dir;
 mod request;
 
 pub(crate) use attrs::{DevAttr, DiskAttr, DiskAttrs};
