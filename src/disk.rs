@@ -369,7 +369,12 @@ impl DiskDev {
 
     /// Keeps the block device, once added, and lets I/O that waited for it go.
     pub(crate) fn set_disk(&self, disk: Disk<DiskDev>) {
-        *self.disk.lock() = Some(disk);
+        let mut slot = self.disk.lock();
+        // The disk's files are up from inside `device_add_disk` on: an `io_timeout_ms` written
+        // since then found no disk to apply to.
+        disk.set_timeout_ms(self.io_timeout_ms());
+        *slot = Some(disk);
+        drop(slot);
         self.restart_io();
     }
 

@@ -258,10 +258,12 @@ impl DiskDev {
 
     fn store_io_timeout(self: &Arc<Self>, input: &[u8]) -> Result {
         let ms = parse_number(self.name(), "io_timeout_ms", knobs::IO_TIMEOUT_MS, input)?;
+        // The knob first: a disk not set yet takes it from there in `set_disk`, under the
+        // same lock.
+        self.info.knobs.io_timeout_ms.store(ms, Ordering::Relaxed);
         if let Some(d) = self.disk.lock().as_ref() {
             d.set_timeout_ms(ms);
         }
-        self.info.knobs.io_timeout_ms.store(ms, Ordering::Relaxed);
         Ok(())
     }
 
