@@ -6,7 +6,10 @@
 # shipped rule (userspace-tools/udev/60-rdmadisk.rules, from /run/udev/rules.d).
 # Acceptance:
 # - vol0 mapped: /sys/block/<dev>/{serial,uuid,wwid} (and rdmadisk/serial) show the configured
-#   serial, uuid and rdmadisk.<uuid>;
+#   serial, uuid and rdmadisk.<uuid>; a rule run on the disk's "add" event found its
+#   rdmadisk/ directory there (the module makes it inside device_add_disk, before that event;
+#   made after it, as before, it was there too as a rule, a few microseconds later: this
+#   check catches a directory made late, not that race);
 # - after mkfs.ext4 -L: /dev/disk/by-id/rdmadisk-<serial>, /dev/disk/by-uuid/<fs uuid> and
 #   /dev/disk/by-label/<label> resolve to the disk;
 # - vol0 unmapped: its by-id link is gone; vol1 mapped takes vol0's old slot; vol0 mapped again
@@ -33,10 +36,15 @@ back1=$(dk_backing vol1 16M)
 targs=(--export "vol0=$back0,uuid=$UUID0,serial=$SERIAL0" --export "vol1=$back1")
 
 # udev_stop: ends the udevd this test started (before the cleanup's rmmod).
-udev_stop() { on compute "udevadm control --exit 2>/dev/null; rm -f /run/udev/rules.d/60-rdmadisk.rules; true" >/dev/null; }
+udev_stop() { on compute "udevadm control --exit 2>/dev/null; rm -f /run/udev/rules.d/60-rdmadisk.rules /run/udev/rules.d/59-t91.rules /run/t91-*.add; true" >/dev/null; }
 fail_out() { udev_stop; dk_cleanup; }
 
-out=$(on compute "mkdir -p /run/udev/rules.d && cp $RULES /run/udev/rules.d/ &&
+# What a disk's rdmadisk/ holds when udev runs the rules of its "add" event.
+cat >"$TB_DIR/$DK_ID.59-t91.rules" <<'EOF'
+ACTION=="add", SUBSYSTEM=="block", KERNEL=="rdmadisk[0-9]*", RUN+="/bin/sh -c 'ls /sys/block/%k/rdmadisk >/run/t91-%k.add'"
+EOF
+out=$(on compute "mkdir -p /run/udev/rules.d && cp $RULES /run/udev/rules.d/ && rm -f /run/t91-*.add &&
+cp $TB_DIR/$DK_ID.59-t91.rules /run/udev/rules.d/59-t91.rules &&
 /lib/systemd/systemd-udevd --daemon </dev/null >/dev/null 2>&1 && udevadm settle -t 30 && pgrep -x systemd-udevd" 2>&1)
 res $? "systemd-udevd runs in the compute VM with the shipped rule (pid $(tail -n1 <<<"$out"))" || { fail_out; return 0 2>/dev/null || exit 0; }
 
@@ -53,6 +61,9 @@ link() {
   on compute "for ((i = 0; i < 20; i++)); do udevadm settle -t 5; r=\$(readlink -e /dev/disk/$1) && { echo \$r; exit; }; sleep 1; done; echo -"
 }
 
+atadd=$(on compute "udevadm settle -t 30; grep -cx 'unmap\\|state\\|serial' /run/t91-$devA.add")
+n_eq "${atadd:-0}" 3
+res $? "on the add event of $devA, a udev rule found rdmadisk/ with its unmap, state and serial files (${atadd:-none} of 3)"
 id=$(ident "$devA")
 [ "$id" = "$SERIAL0 $UUID0 rdmadisk.$UUID0 $SERIAL0 " ]
 res $? "/sys/block/$devA/{serial,uuid,wwid,rdmadisk/serial}: $id(want $SERIAL0 $UUID0 rdmadisk.$UUID0 $SERIAL0)"
