@@ -89,13 +89,13 @@ impl Sample {
             ..Sample::default()
         };
         for (e, gone) in exports.iter().zip(totals) {
-            let mine: Vec<_> = live.iter().filter(|c| c.export == e.name).collect();
+            let mine: Vec<_> = live.iter().filter(|c| c.conn.export == e.name).collect();
             out.exports
                 .push((e.name.clone(), e.counters.snapshot(), mine.len() as u64));
             let mut by: std::collections::BTreeMap<(Option<IpAddr>, Transport), (Snapshot, u64)> =
                 gone.into_iter().map(|(k, s)| (k, (s, 0))).collect();
             for c in mine {
-                let v = by.entry((c.ip(), c.transport)).or_default();
+                let v = by.entry((c.ip(), c.conn.transport)).or_default();
                 v.0 = v.0.plus(&c.counters.snapshot());
                 v.1 += 1;
             }

@@ -511,7 +511,7 @@ fn setup(
     );
     Stats::inc(&t.stats.rdma_connections);
     core.register(crate::registry::Attach {
-        export: &core.export.name.clone(),
+        export: core.export.name.clone(),
         peer: peer_addr,
         transport: crate::registry::Transport::Rdma,
         session: hello.session_id,

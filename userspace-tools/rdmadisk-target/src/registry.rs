@@ -108,15 +108,8 @@ impl Counters {
 /// One attached connection.
 pub struct Client {
     pub id: u64,
-    pub export: String,
-    pub peer: Option<SocketAddr>,
-    pub transport: Transport,
-    pub session: u32,
-    pub epoch: u32,
-    pub queue: u16,
-    pub queues: u16,
-    /// It may modify the export.
-    pub read_write: bool,
+    /// What it told the registry of itself.
+    pub conn: Attach,
     pub since: SystemTime,
     pub counters: Arc<Counters>,
     /// Why the target ends it (a reload removed its export, or no longer admits it).
@@ -149,7 +142,7 @@ impl Client {
     }
 
     pub fn ip(&self) -> Option<IpAddr> {
-        self.peer.map(|p| p.ip().to_canonical())
+        self.conn.peer.map(|p| p.ip().to_canonical())
     }
 }
 
@@ -194,14 +187,15 @@ pub struct Registry {
 }
 
 /// What a connection tells the registry about itself.
-pub struct Attach<'a> {
-    pub export: &'a str,
+pub struct Attach {
+    pub export: String,
     pub peer: Option<SocketAddr>,
     pub transport: Transport,
     pub session: u32,
     pub epoch: u32,
     pub queue: u16,
     pub queues: u16,
+    /// It may modify the export.
     pub read_write: bool,
 }
 
@@ -225,7 +219,7 @@ impl Drop for Registered {
             m
         });
         if let Some(t) = c.totals.upgrade() {
-            t.add(c.ip(), c.transport, &c.counters.snapshot());
+            t.add(c.ip(), c.conn.transport, &c.counters.snapshot());
         }
     }
 }
@@ -247,14 +241,7 @@ impl Registry {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let client = Arc::new(Client {
             id,
-            export: a.export.to_string(),
-            peer: a.peer,
-            transport: a.transport,
-            session: a.session,
-            epoch: a.epoch,
-            queue: a.queue,
-            queues: a.queues,
-            read_write: a.read_write,
+            conn: a,
             since: SystemTime::now(),
             counters,
             evicted: Mutex::new(None),
@@ -322,14 +309,14 @@ pub fn to_json(clients: &[Arc<Client>], now: SystemTime) -> String {
             "{}{{\"id\":{},\"export\":\"{}\",\"peer\":{},\"transport\":\"{}\",\"session\":{},\"epoch\":{},\"queue\":{},\"queues\":{},\"mode\":\"{}\",\"since\":{since},\"seconds\":{age},\"counters\":{{",
             if i > 0 { "," } else { "" },
             c.id,
-            c.export,
-            c.peer.map_or("null".to_string(), |p| format!("\"{p}\"")),
-            c.transport.name(),
-            c.session,
-            c.epoch,
-            c.queue,
-            c.queues,
-            if c.read_write { "read-write" } else { "read-only" },
+            c.conn.export,
+            c.conn.peer.map_or("null".to_string(), |p| format!("\"{p}\"")),
+            c.conn.transport.name(),
+            c.conn.session,
+            c.conn.epoch,
+            c.conn.queue,
+            c.conn.queues,
+            if c.conn.read_write { "read-write" } else { "read-only" },
         );
         for (j, (k, v)) in c.counters.snapshot().fields().into_iter().enumerate() {
             let _ = write!(s, "{}\"{k}\":{v}", if j > 0 { "," } else { "" });
@@ -350,12 +337,12 @@ pub fn to_table(clients: &[Arc<Client>], now: SystemTime) -> String {
         let _ = writeln!(
             s,
             "{:<16} {:<23} {:<10} {:<11} {:<6} {:<11} {:>7}  {:>8}  {:>10}  {:>13}  {:>6}",
-            c.export,
-            c.peer.map_or("?".to_string(), |p| p.to_string()),
-            c.transport.name(),
-            c.session,
-            format!("{}/{}", c.queue, c.queues),
-            if c.read_write {
+            c.conn.export,
+            c.conn.peer.map_or("?".to_string(), |p| p.to_string()),
+            c.conn.transport.name(),
+            c.conn.session,
+            format!("{}/{}", c.conn.queue, c.conn.queues),
+            if c.conn.read_write {
                 "read-write"
             } else {
                 "read-only"
@@ -377,7 +364,7 @@ mod tests {
     fn attach(reg: &Arc<Registry>, totals: &Arc<ClientTotals>, export: &str) -> Registered {
         reg.add(
             Attach {
-                export,
+                export: export.to_string(),
                 peer: Some("192.0.2.1:1000".parse().unwrap()),
                 transport: Transport::Tcp,
                 session: 7,
@@ -415,7 +402,7 @@ mod tests {
         let totals = Arc::new(ClientTotals::default());
         let a = attach(&reg, &totals, "a");
         let b = attach(&reg, &totals, "b");
-        let gone = reg.evict(|c| c.export == "b", "export b removed");
+        let gone = reg.evict(|c| c.conn.export == "b", "export b removed");
         assert_eq!(gone.len(), 1);
         assert_eq!(a.client.evicted(), None);
         assert_eq!(b.client.evicted().as_deref(), Some("export b removed"));

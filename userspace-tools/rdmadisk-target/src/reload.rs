@@ -250,7 +250,7 @@ pub fn apply(t: &Target, old: &Config, new: &Config) -> Result<Config, String> {
     }
     for n in &p.remove {
         let why = format!("export {n} was removed by a reload");
-        let gone = t.registry.evict(|c| &c.export == n, &why);
+        let gone = t.registry.evict(|c| &c.conn.export == n, &why);
         log::info!(
             "reload: export {n} removed; disconnecting its {} connection(s){}",
             gone.len(),
@@ -262,7 +262,7 @@ pub fn apply(t: &Target, old: &Config, new: &Config) -> Result<Config, String> {
         let gone = t.registry.evict(
             |c| {
                 let Some(ip) = c.ip() else { return false };
-                !t.admits(ip) || t.export(&c.export).is_some_and(|e| !e.allows(ip))
+                !t.admits(ip) || t.export(&c.conn.export).is_some_and(|e| !e.allows(ip))
             },
             why,
         );
@@ -284,10 +284,10 @@ fn peers(cs: &[std::sync::Arc<crate::registry::Client>]) -> String {
             s,
             "{}{} ({} {}, session {})",
             if i == 0 { ": " } else { ", " },
-            c.peer.map_or("?".to_string(), |p| p.to_string()),
-            c.transport.name(),
-            c.export,
-            c.session
+            c.conn.peer.map_or("?".to_string(), |p| p.to_string()),
+            c.conn.transport.name(),
+            c.conn.export,
+            c.conn.session
         );
     }
     s

@@ -285,7 +285,7 @@ fn connection(
         }
     };
     core.register(crate::registry::Attach {
-        export: &core.export.name.clone(),
+        export: core.export.name.clone(),
         peer: Some(peer),
         transport: crate::registry::Transport::Tcp,
         session: hello.session_id,
